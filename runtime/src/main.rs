@@ -1,1 +1,234 @@
-fn main(){}
+//! The `swan` command line: `swan serve` and `swan check`.
+//!
+//! Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use swan::config::RuntimeModel;
+use swan::{App, Config, ConfigError, Overrides, Sites};
+
+/// swan: static files from memory and WebAssembly servlets, sandboxed.
+#[derive(Debug, Parser)]
+#[command(name = "swan", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the configured sites (default: ./www on 127.0.0.1:8080).
+    Serve(ConfigArgs),
+    /// Validate the configuration and print what would be served.
+    Check(ConfigArgs),
+}
+
+#[derive(Debug, Args)]
+struct ConfigArgs {
+    /// Configuration file [default: ./swan.toml if present].
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on, such as 127.0.0.1:8080; repeat for several.
+    /// Replaces `listen` in [server].
+    #[arg(long, short = 'l', value_name = "ADDR")]
+    listen: Vec<String>,
+    /// Folder of static files of the default site. Replaces its `root`.
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Folder of .wasm servlets of the default site. Replaces its `servlets`.
+    #[arg(long, value_name = "DIR")]
+    servlets: Option<PathBuf>,
+}
+
+impl ConfigArgs {
+    fn load(&self) -> Result<Config, ConfigError> {
+        let overrides = Overrides {
+            listen: self.listen.clone(),
+            root: self.root.clone(),
+            servlets: self.servlets.clone(),
+        };
+        Config::load(self.config.as_deref(), &overrides)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let config = match (match &cli.command {
+        Command::Serve(a) | Command::Check(a) => a,
+    })
+    .load()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        Command::Serve(_) => serve(config),
+        Command::Check(_) => check(&config),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn serve(config: Config) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let sites = Sites::load(&config).context("cannot load the sites")?;
+    let per_addr = match config.server.runtime {
+        RuntimeModel::PerCore => config.server.workers,
+        RuntimeModel::Shared => 1,
+    };
+    let listeners = swan::bind(&config.server.listen, per_addr).map_err(|e| {
+        let hint = if e.is_addr_in_use() {
+            "another process is using this address: pick a free one with --listen ADDR or `listen` in [server] of swan.toml"
+        } else {
+            "check the address given with --listen or `listen` in [server] of swan.toml"
+        };
+        anyhow::Error::new(e).context(hint)
+    })?;
+    let bound: Vec<_> = listeners
+        .iter()
+        .filter_map(|g| g.first().and_then(|s| s.local_addr().ok()))
+        .collect();
+    print_banner(&config, &sites, &bound, started);
+    let app = Arc::new(App::new(config.server.clone(), sites));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(swan::serve(app, listeners, shutdown_signal()))?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot listen for signals; stop swan with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}
+
+fn print_banner(config: &Config, sites: &Sites, bound: &[std::net::SocketAddr], started: Instant) {
+    let mut files = 0;
+    let mut bytes = 0;
+    for site in sites.iter() {
+        let s = site.cache.stats();
+        files += s.cached_files + s.streamed_files;
+        bytes += s.cached_bytes;
+    }
+    let urls: Vec<String> = bound.iter().map(|a| format!("http://{a}/")).collect();
+    println!(
+        "swan {} ready in {} ms: {} ({} workers, {} runtime); {} site{}, {files} files, {} cached",
+        env!("CARGO_PKG_VERSION"),
+        started.elapsed().as_millis(),
+        urls.join(" "),
+        config.server.workers,
+        config.server.runtime.as_str(),
+        config.sites.len(),
+        if config.sites.len() == 1 { "" } else { "s" },
+        human_bytes(bytes),
+    );
+}
+
+fn check(config: &Config) -> anyhow::Result<()> {
+    let sites = Sites::load(config).context("cannot load the sites")?;
+    let s = &config.server;
+    match &config.file {
+        Some(f) => println!("configuration: {} (valid)", f.display()),
+        None => println!("configuration: built-in defaults (no swan.toml)"),
+    }
+    println!("listeners:");
+    for addr in &s.listen {
+        println!("  http://{addr}/");
+    }
+    println!("server:");
+    println!(
+        "  workers             {} ({} runtime)",
+        s.workers,
+        s.runtime.as_str()
+    );
+    println!("  max_connections     {}", s.max_connections);
+    println!(
+        "  max_header_bytes    {}",
+        human_bytes(s.max_header_bytes as u64)
+    );
+    println!("  max_body_bytes      {}", human_bytes(s.max_body_bytes));
+    println!("  header_read_timeout {:?}", s.header_read_timeout);
+    println!("  keepalive_timeout   {:?}", s.keepalive_timeout);
+    println!("  drain_timeout       {:?}", s.drain_timeout);
+    for site in sites.iter() {
+        let c = &site.config;
+        let stats = site.cache.stats();
+        println!(
+            "site {}{}:",
+            c.name,
+            if c.default { " (default)" } else { "" }
+        );
+        if !c.hosts.is_empty() {
+            println!("  hosts         {}", c.hosts.join(", "));
+        }
+        println!("  root          {}", c.root.display());
+        if let Some(dir) = &c.servlets {
+            println!("  servlets      {}", dir.display());
+        }
+        println!(
+            "  cache         {} files in memory ({}, {} compressed variants), {} streamed; max file {}, budget {}",
+            stats.cached_files,
+            human_bytes(stats.cached_bytes),
+            stats.compressed_variants,
+            stats.streamed_files,
+            human_bytes(c.cache.max_file_size),
+            human_bytes(c.cache.budget)
+        );
+        if let Some(cc) = &c.cache_control {
+            println!("  cache_control {cc}");
+        }
+    }
+    Ok(())
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}

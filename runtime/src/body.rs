@@ -1,0 +1,125 @@
+//! The response body type every handler returns.
+//!
+//! An enum rather than a boxed trait object: a cached file is one `Bytes`
+//! handed to hyper without a copy or an allocation, and large files stream
+//! from disk in bounded chunks.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use futures_core::Stream;
+use http_body::{Frame, SizeHint};
+use tokio::io::{AsyncReadExt, Take};
+use tokio_util::io::ReaderStream;
+
+/// Size of the chunks a large file is read in.
+pub const FILE_CHUNK_BYTES: usize = 64 << 10;
+
+/// A response body.
+#[derive(Debug)]
+pub struct Body {
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Empty,
+    Full(Option<Bytes>),
+    File {
+        stream: ReaderStream<Take<tokio::fs::File>>,
+        remaining: u64,
+    },
+}
+
+impl Body {
+    /// No body at all.
+    pub fn empty() -> Body {
+        Body { kind: Kind::Empty }
+    }
+
+    /// A body held in memory.
+    pub fn full(bytes: impl Into<Bytes>) -> Body {
+        Body {
+            kind: Kind::Full(Some(bytes.into())),
+        }
+    }
+
+    /// `len` bytes streamed from an already positioned file.
+    pub fn file(file: tokio::fs::File, len: u64) -> Body {
+        Body {
+            kind: Kind::File {
+                stream: ReaderStream::with_capacity(file.take(len), FILE_CHUNK_BYTES),
+                remaining: len,
+            },
+        }
+    }
+}
+
+impl Default for Body {
+    fn default() -> Body {
+        Body::empty()
+    }
+}
+
+impl From<Bytes> for Body {
+    fn from(bytes: Bytes) -> Body {
+        Body::full(bytes)
+    }
+}
+
+impl From<&'static str> for Body {
+    fn from(s: &'static str) -> Body {
+        Body::full(Bytes::from_static(s.as_bytes()))
+    }
+}
+
+impl From<String> for Body {
+    fn from(s: String) -> Body {
+        Body::full(Bytes::from(s))
+    }
+}
+
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        match &mut self.get_mut().kind {
+            Kind::Empty => Poll::Ready(None),
+            Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Kind::File { stream, remaining } => match ready!(Pin::new(stream).poll_next(cx)) {
+                Some(Ok(chunk)) => {
+                    *remaining = remaining.saturating_sub(chunk.len() as u64);
+                    Poll::Ready(Some(Ok(Frame::data(chunk))))
+                }
+                Some(Err(e)) => Poll::Ready(Some(Err(e))),
+                None if *remaining > 0 => Poll::Ready(Some(Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file shrank while it was being sent",
+                )))),
+                None => Poll::Ready(None),
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Empty => true,
+            Kind::Full(b) => b.is_none(),
+            Kind::File { remaining, .. } => *remaining == 0,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Empty => SizeHint::with_exact(0),
+            Kind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Kind::File { remaining, .. } => SizeHint::with_exact(*remaining),
+        }
+    }
+}

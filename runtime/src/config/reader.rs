@@ -1,0 +1,474 @@
+//! A typed reader over a spanned TOML document.
+//!
+//! serde stops at the first problem it meets; an operator fixing a config
+//! file wants all of them at once, each with its line and column. So the
+//! document is parsed into toml's spanned tree and read key by key here:
+//! every getter records its own problems and carries on, and keys nobody
+//! asked for are reported as unknown, with a suggestion when one is close.
+
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use super::error::{ConfigError, Problem};
+
+/// Collects problems while a document is read.
+pub(crate) struct Diagnostics<'s> {
+    file: &'s Path,
+    source: &'s str,
+    problems: Vec<Problem>,
+}
+
+impl<'s> Diagnostics<'s> {
+    pub(crate) fn new(file: &'s Path, source: &'s str) -> Self {
+        Diagnostics {
+            file,
+            source,
+            problems: Vec::new(),
+        }
+    }
+
+    /// Records a problem at `span` (byte offsets into the source).
+    pub(crate) fn error(
+        &mut self,
+        span: Range<usize>,
+        key: &str,
+        message: impl Into<String>,
+        hint: Option<String>,
+    ) {
+        let (line, column) = line_column(self.source, span.start);
+        self.problems.push(Problem {
+            file: self.file.to_path_buf(),
+            line,
+            column,
+            key: key.to_owned(),
+            message: message.into(),
+            hint,
+        });
+    }
+
+    pub(crate) fn has_errors(&self) -> bool {
+        !self.problems.is_empty()
+    }
+
+    pub(crate) fn into_result(self) -> Result<(), ConfigError> {
+        if self.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::new(self.problems))
+        }
+    }
+}
+
+/// 1-based line and column of a byte offset.
+pub(crate) fn line_column(source: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(source.len());
+    let before = &source[..offset];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// One table being read: hands out values by key, remembers what was taken.
+pub(crate) struct TableReader<'a, 'i> {
+    path: String,
+    span: Range<usize>,
+    entries: Vec<(&'a str, Range<usize>, &'a Spanned<DeValue<'i>>, bool)>,
+}
+
+impl<'a, 'i> TableReader<'a, 'i> {
+    /// `path` is the dotted key of the table itself ("" for the root).
+    pub(crate) fn new(path: impl Into<String>, span: Range<usize>, table: &'a DeTable<'i>) -> Self {
+        let entries = table
+            .iter()
+            .map(|(k, v)| (k.get_ref().as_ref(), k.span(), v, false))
+            .collect();
+        TableReader {
+            path: path.into(),
+            span,
+            entries,
+        }
+    }
+
+    /// Dotted name of `key` inside this table.
+    pub(crate) fn key_path(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+
+    /// Span of the table, for problems about a missing key.
+    pub(crate) fn span(&self) -> Range<usize> {
+        self.span.clone()
+    }
+
+    /// Takes the raw value of `key`, marking it as known.
+    pub(crate) fn take(&mut self, key: &str) -> Option<&'a Spanned<DeValue<'i>>> {
+        self.entries
+            .iter_mut()
+            .find(|(k, ..)| *k == key)
+            .map(|(_, _, v, used)| {
+                *used = true;
+                *v
+            })
+    }
+
+    /// Reports every key that was not taken.
+    pub(crate) fn finish(self, diag: &mut Diagnostics<'_>, known: &[&str]) {
+        for (key, span, _, used) in &self.entries {
+            if *used {
+                continue;
+            }
+            let hint = match closest(key, known) {
+                Some(k) => format!("did you mean `{k}`? known keys here: {}", known.join(", ")),
+                None => format!("known keys here: {}", known.join(", ")),
+            };
+            diag.error(span.clone(), &self.key_path(key), "unknown key", Some(hint));
+        }
+    }
+
+    pub(crate) fn string(
+        &mut self,
+        diag: &mut Diagnostics<'_>,
+        key: &str,
+    ) -> Option<Spanned<String>> {
+        let value = self.take(key)?;
+        match value.get_ref() {
+            DeValue::String(s) => Some(Spanned::new(value.span(), s.to_string())),
+            other => {
+                type_error(diag, value.span(), &self.key_path(key), "a string", other);
+                None
+            }
+        }
+    }
+
+    pub(crate) fn bool(&mut self, diag: &mut Diagnostics<'_>, key: &str) -> Option<bool> {
+        let value = self.take(key)?;
+        match value.get_ref() {
+            DeValue::Boolean(b) => Some(*b),
+            other => {
+                type_error(
+                    diag,
+                    value.span(),
+                    &self.key_path(key),
+                    "true or false",
+                    other,
+                );
+                None
+            }
+        }
+    }
+
+    /// A non-negative integer no larger than `max`.
+    pub(crate) fn uint(
+        &mut self,
+        diag: &mut Diagnostics<'_>,
+        key: &str,
+        max: u64,
+    ) -> Option<Spanned<u64>> {
+        let value = self.take(key)?;
+        let path = self.key_path(key);
+        match value.get_ref() {
+            DeValue::Integer(i) => match u64::from_str_radix(i.as_str(), i.radix()) {
+                Ok(n) if n <= max => Some(Spanned::new(value.span(), n)),
+                _ => {
+                    diag.error(
+                        value.span(),
+                        &path,
+                        format!("{} is out of range", i.as_str()),
+                        Some(format!("use a whole number from 0 to {max}")),
+                    );
+                    None
+                }
+            },
+            other => {
+                type_error(diag, value.span(), &path, "a whole number", other);
+                None
+            }
+        }
+    }
+
+    /// A size in bytes: an integer, or a string such as "64 KiB" or "1MB".
+    pub(crate) fn size(&mut self, diag: &mut Diagnostics<'_>, key: &str) -> Option<Spanned<u64>> {
+        let value = self.take(key)?;
+        let path = self.key_path(key);
+        let hint = || {
+            Some("write a byte count (65536) or a string with a unit: \"64 KiB\", \"1 MiB\", \"2 GB\"".to_owned())
+        };
+        match value.get_ref() {
+            DeValue::Integer(i) => match u64::from_str_radix(i.as_str(), i.radix()) {
+                Ok(n) => Some(Spanned::new(value.span(), n)),
+                Err(_) => {
+                    diag.error(
+                        value.span(),
+                        &path,
+                        format!("{} is not a valid size", i.as_str()),
+                        hint(),
+                    );
+                    None
+                }
+            },
+            DeValue::String(s) => match parse_size(s) {
+                Some(n) => Some(Spanned::new(value.span(), n)),
+                None => {
+                    diag.error(
+                        value.span(),
+                        &path,
+                        format!("{s:?} is not a valid size"),
+                        hint(),
+                    );
+                    None
+                }
+            },
+            other => {
+                type_error(diag, value.span(), &path, "a size", other);
+                None
+            }
+        }
+    }
+
+    /// A duration written as a string with a unit: "500ms", "10s", "2m", "1h".
+    pub(crate) fn duration(
+        &mut self,
+        diag: &mut Diagnostics<'_>,
+        key: &str,
+    ) -> Option<Spanned<Duration>> {
+        let value = self.take(key)?;
+        let path = self.key_path(key);
+        let hint =
+            || Some("write a string with a unit: \"500ms\", \"10s\", \"2m\", \"1h\"".to_owned());
+        match value.get_ref() {
+            DeValue::String(s) => match parse_duration(s) {
+                Some(d) => Some(Spanned::new(value.span(), d)),
+                None => {
+                    diag.error(
+                        value.span(),
+                        &path,
+                        format!("{s:?} is not a valid duration"),
+                        hint(),
+                    );
+                    None
+                }
+            },
+            other => {
+                type_error(diag, value.span(), &path, "a duration string", other);
+                None
+            }
+        }
+    }
+
+    /// A string or an array of strings.
+    pub(crate) fn strings(
+        &mut self,
+        diag: &mut Diagnostics<'_>,
+        key: &str,
+    ) -> Option<Vec<Spanned<String>>> {
+        let value = self.take(key)?;
+        let path = self.key_path(key);
+        match value.get_ref() {
+            DeValue::String(s) => Some(vec![Spanned::new(value.span(), s.to_string())]),
+            DeValue::Array(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for (n, item) in items.iter().enumerate() {
+                    match item.get_ref() {
+                        DeValue::String(s) => out.push(Spanned::new(item.span(), s.to_string())),
+                        other => type_error(
+                            diag,
+                            item.span(),
+                            &format!("{path}[{n}]"),
+                            "a string",
+                            other,
+                        ),
+                    }
+                }
+                Some(out)
+            }
+            other => {
+                type_error(
+                    diag,
+                    value.span(),
+                    &path,
+                    "a string or an array of strings",
+                    other,
+                );
+                None
+            }
+        }
+    }
+
+    /// A sub-table.
+    pub(crate) fn table(
+        &mut self,
+        diag: &mut Diagnostics<'_>,
+        key: &str,
+    ) -> Option<TableReader<'a, 'i>> {
+        let value = self.take(key)?;
+        let path = self.key_path(key);
+        match value.get_ref() {
+            DeValue::Table(t) => Some(TableReader::new(path, value.span(), t)),
+            other => {
+                type_error(diag, value.span(), &path, "a table", other);
+                None
+            }
+        }
+    }
+
+    /// An array of tables (`[[key]]`).
+    pub(crate) fn tables(
+        &mut self,
+        diag: &mut Diagnostics<'_>,
+        key: &str,
+    ) -> Vec<TableReader<'a, 'i>> {
+        let Some(value) = self.take(key) else {
+            return Vec::new();
+        };
+        let path = self.key_path(key);
+        match value.get_ref() {
+            DeValue::Array(items) => items
+                .iter()
+                .enumerate()
+                .filter_map(|(n, item)| match item.get_ref() {
+                    DeValue::Table(t) => {
+                        Some(TableReader::new(format!("{path}[{n}]"), item.span(), t))
+                    }
+                    other => {
+                        type_error(diag, item.span(), &format!("{path}[{n}]"), "a table", other);
+                        None
+                    }
+                })
+                .collect(),
+            other => {
+                type_error(
+                    diag,
+                    value.span(),
+                    &path,
+                    &format!("an array of tables ([[{key}]])"),
+                    other,
+                );
+                Vec::new()
+            }
+        }
+    }
+}
+
+fn type_error(
+    diag: &mut Diagnostics<'_>,
+    span: Range<usize>,
+    path: &str,
+    expected: &str,
+    found: &DeValue<'_>,
+) {
+    diag.error(
+        span,
+        path,
+        format!("expected {expected}, found {}", found.type_str()),
+        None,
+    );
+}
+
+/// The known key nearest to `key` by edit distance, if any is close.
+fn closest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
+    known
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Parses "65536", "64KiB", "64 KiB", "1.5 MB"... into bytes.
+pub(crate) fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1 << 30,
+        _ => return None,
+    };
+    let bytes = number * multiplier as f64;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
+/// Parses "250ms", "10s", "1.5s", "2m", "1h".
+pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" | "min" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return None,
+    };
+    Duration::try_from_secs_f64(seconds).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_and_without_units() {
+        assert_eq!(parse_size("65536"), Some(65536));
+        assert_eq!(parse_size("64 KiB"), Some(65536));
+        assert_eq!(parse_size("1MiB"), Some(1 << 20));
+        assert_eq!(parse_size("2 GB"), Some(2_000_000_000));
+        assert_eq!(parse_size("1.5 KiB"), Some(1536));
+        assert_eq!(parse_size("ten"), None);
+        assert_eq!(parse_size("10 parsecs"), None);
+    }
+
+    #[test]
+    fn durations_need_a_unit() {
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("10"), None);
+    }
+
+    #[test]
+    fn line_and_column_are_one_based() {
+        let src = "a = 1\nbb = 2\n";
+        assert_eq!(line_column(src, 0), (1, 1));
+        assert_eq!(line_column(src, 6), (2, 1));
+        assert_eq!(line_column(src, 11), (2, 6));
+    }
+
+    #[test]
+    fn suggestions_find_near_misses() {
+        assert_eq!(closest("listen", &["listen", "workers"]), Some("listen"));
+        assert_eq!(closest("zzzzzz", &["listen", "workers"]), None);
+    }
+}

@@ -1,0 +1,222 @@
+//! The front end: worker threads, accept loops, connection limits and the
+//! graceful drain.
+//!
+//! Two runtime models (see `RuntimeModel`): one current-thread tokio
+//! runtime per worker, each accepting on its own `SO_REUSEPORT` socket
+//! (default), or one shared work-stealing runtime. Both drain the same way:
+//! on shutdown, accepting stops, every connection is asked to close after
+//! its in-flight requests, and whatever is left at the drain deadline is
+//! dropped.
+
+mod conn;
+pub mod listener;
+
+use std::future::Future;
+use std::io;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, oneshot, watch};
+use tokio_util::task::TaskTracker;
+
+use crate::app::App;
+use crate::clock;
+use crate::config::RuntimeModel;
+use conn::Limits;
+
+/// Pause after an accept error such as running out of file descriptors.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A worker runtime or thread could not be started.
+    #[error("cannot start worker threads")]
+    Runtime(#[source] io::Error),
+    /// No listening socket was given.
+    #[error("no listening socket")]
+    NoListener,
+}
+
+/// Serves `app` on already bound sockets until `shutdown` completes, then
+/// drains for at most the configured drain deadline.
+///
+/// `listeners` holds one group per address; a group has one socket per
+/// worker (from [`listener::bind`]) or a single socket that all workers
+/// share.
+pub async fn serve(
+    app: Arc<App>,
+    listeners: Vec<Vec<TcpListener>>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    if listeners.iter().all(Vec::is_empty) {
+        return Err(ServeError::NoListener);
+    }
+    clock::start();
+    let (tx, rx) = watch::channel(false);
+    let connections = Arc::new(Semaphore::new(app.server.max_connections));
+    let workers = app.server.workers.max(1);
+    let mut done = Vec::new();
+    match app.server.runtime {
+        RuntimeModel::PerCore => {
+            for w in 0..workers {
+                let sockets = sockets_for(&listeners, w).map_err(ServeError::Runtime)?;
+                let (app, rx, connections) = (app.clone(), rx.clone(), connections.clone());
+                let (done_tx, done_rx) = oneshot::channel();
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(ServeError::Runtime)?;
+                std::thread::Builder::new()
+                    .name(format!("swan-worker-{w}"))
+                    .spawn(move || {
+                        runtime.block_on(worker(app, sockets, rx, connections));
+                        drop(runtime);
+                        let _ = done_tx.send(());
+                    })
+                    .map_err(ServeError::Runtime)?;
+                done.push(done_rx);
+            }
+        }
+        RuntimeModel::Shared => {
+            let sockets: Vec<TcpListener> = listeners.into_iter().flatten().collect();
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .thread_name("swan-worker")
+                .enable_all()
+                .build()
+                .map_err(ServeError::Runtime)?;
+            let (done_tx, done_rx) = oneshot::channel();
+            std::thread::Builder::new()
+                .name("swan-main".to_owned())
+                .spawn(move || {
+                    runtime.block_on(worker(app, sockets, rx, connections));
+                    drop(runtime);
+                    let _ = done_tx.send(());
+                })
+                .map_err(ServeError::Runtime)?;
+            done.push(done_rx);
+        }
+    }
+    shutdown.await;
+    tracing::info!("shutting down: no new connections, draining");
+    let _ = tx.send(true);
+    for d in done {
+        let _ = d.await;
+    }
+    Ok(())
+}
+
+/// The sockets worker `w` accepts on: its own socket of each group, or a
+/// duplicate of the group's only socket.
+fn sockets_for(listeners: &[Vec<TcpListener>], w: usize) -> io::Result<Vec<TcpListener>> {
+    listeners
+        .iter()
+        .filter(|g| !g.is_empty())
+        .map(|g| g[w % g.len()].try_clone())
+        .collect()
+}
+
+/// One runtime's share of the work: accept loops, then the drain.
+async fn worker(
+    app: Arc<App>,
+    sockets: Vec<TcpListener>,
+    shutdown: watch::Receiver<bool>,
+    connections: Arc<Semaphore>,
+) {
+    let tracker = TaskTracker::new();
+    let builder = Arc::new(conn::builder(&app.server));
+    let limits = Limits::from_config(&app.server);
+    let mut accepting = Vec::new();
+    for socket in sockets {
+        let listener = match tokio::net::TcpListener::from_std(socket) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot register listener");
+                continue;
+            }
+        };
+        accepting.push(tokio::spawn(accept_loop(
+            listener,
+            app.clone(),
+            builder.clone(),
+            shutdown.clone(),
+            connections.clone(),
+            tracker.clone(),
+            limits,
+        )));
+    }
+    for a in accepting {
+        let _ = a.await;
+    }
+    tracker.close();
+    if tokio::time::timeout(app.server.drain_timeout, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            left = tracker.len(),
+            "drain deadline passed; closing remaining connections"
+        );
+    }
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: Arc<App>,
+    builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
+    mut shutdown: watch::Receiver<bool>,
+    connections: Arc<Semaphore>,
+    tracker: TaskTracker,
+    limits: Limits,
+) {
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let permit = tokio::select! {
+            biased;
+            _ = shutdown.changed() => return,
+            permit = connections.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
+        let (stream, remote) = tokio::select! {
+            biased;
+            _ = shutdown.changed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    if !is_transient(&e) {
+                        tracing::warn!(error = %e, "accept failed; backing off");
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    }
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        tracker.spawn(conn::serve(
+            stream,
+            remote,
+            app.clone(),
+            builder.clone(),
+            shutdown.clone(),
+            limits,
+            permit,
+        ));
+    }
+}
+
+/// Errors that concern one connection only.
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    )
+}

@@ -1,0 +1,116 @@
+//! Virtual hosts: which site answers a request, by its Host header.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::config::{Config, SiteConfig};
+use crate::static_files::{LoadError, SiteCache};
+
+/// Longest host name looked up; longer ones go to the default site.
+const MAX_HOST_LEN: usize = 255;
+
+/// One site: its settings and its loaded files.
+#[derive(Debug)]
+pub struct Site {
+    /// Settings from the configuration.
+    pub config: SiteConfig,
+    /// Static files.
+    pub cache: SiteCache,
+}
+
+impl Site {
+    /// Loads a site's files.
+    pub fn load(config: &SiteConfig) -> Result<Site, LoadError> {
+        Ok(Site {
+            config: config.clone(),
+            cache: SiteCache::load(config)?,
+        })
+    }
+}
+
+/// All sites, indexed by host name.
+#[derive(Debug)]
+pub struct Sites {
+    sites: Vec<Arc<Site>>,
+    by_host: HashMap<Box<str>, usize>,
+    default: usize,
+}
+
+impl Sites {
+    /// Loads every site of a configuration.
+    pub fn load(config: &Config) -> Result<Sites, LoadError> {
+        let sites = config
+            .sites
+            .iter()
+            .map(|s| Site::load(s).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Sites::new(sites))
+    }
+
+    /// Indexes already loaded sites.
+    pub fn new(sites: Vec<Arc<Site>>) -> Sites {
+        let mut by_host = HashMap::new();
+        for (i, site) in sites.iter().enumerate() {
+            for host in &site.config.hosts {
+                by_host.insert(host.as_str().into(), i);
+            }
+        }
+        let default = sites.iter().position(|s| s.config.default).unwrap_or(0);
+        Sites {
+            sites,
+            by_host,
+            default,
+        }
+    }
+
+    /// The site for a Host value (port ignored, case-insensitive); the
+    /// default site for a missing or unknown host.
+    pub fn for_host(&self, host: Option<&[u8]>) -> &Arc<Site> {
+        let index = host
+            .and_then(|h| {
+                let name = strip_port(h);
+                if name.is_empty() || name.len() > MAX_HOST_LEN {
+                    return None;
+                }
+                let mut buf = [0u8; MAX_HOST_LEN];
+                let lower = &mut buf[..name.len()];
+                lower.copy_from_slice(name);
+                lower.make_ascii_lowercase();
+                let lower = std::str::from_utf8(lower).ok()?;
+                self.by_host.get(lower.trim_end_matches('.')).copied()
+            })
+            .unwrap_or(self.default);
+        &self.sites[index]
+    }
+
+    /// Every site, in configuration order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Site>> {
+        self.sites.iter()
+    }
+}
+
+/// `example.com:8080` → `example.com`; `[::1]:8080` → `[::1]`.
+fn strip_port(host: &[u8]) -> &[u8] {
+    if host.first() == Some(&b'[') {
+        return match host.iter().position(|b| *b == b']') {
+            Some(end) => &host[..=end],
+            None => host,
+        };
+    }
+    match host.iter().rposition(|b| *b == b':') {
+        Some(colon) => &host[..colon],
+        None => host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_stripped() {
+        assert_eq!(strip_port(b"example.com:8080"), b"example.com");
+        assert_eq!(strip_port(b"example.com"), b"example.com");
+        assert_eq!(strip_port(b"[::1]:8080"), b"[::1]");
+    }
+}

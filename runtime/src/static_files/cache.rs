@@ -1,0 +1,426 @@
+//! The in-memory file cache of one site.
+//!
+//! At load every file under the root is read once. Files up to the size
+//! threshold (and within the site's memory budget) are kept as `Bytes` with
+//! their complete response headers already built, for each encoding that is
+//! worth serving; larger ones keep only their headers and are streamed from
+//! disk. A cache hit is then a hash lookup and a clone of prebuilt parts.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+
+use super::compress::{self, Encoding};
+use crate::config::SiteConfig;
+
+/// Why a site could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The root folder could not be read.
+    #[error("cannot read site root {path}")]
+    Root {
+        /// The root.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What a cache holds, for the start-up banner and `swan check`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Files kept in memory.
+    pub cached_files: usize,
+    /// Bytes of bodies kept in memory, compressed variants included.
+    pub cached_bytes: u64,
+    /// Compressed variants kept (precompressed siblings or made at load).
+    pub compressed_variants: usize,
+    /// Files too large for memory, streamed from disk.
+    pub streamed_files: usize,
+}
+
+/// One representation of a file: its validator and prebuilt headers.
+#[derive(Debug)]
+pub struct Representation {
+    /// The strong ETag, quoted.
+    pub etag: HeaderValue,
+    /// Complete headers of a 200 answer.
+    pub headers: HeaderMap,
+    /// Headers of a 304 answer.
+    pub not_modified: HeaderMap,
+    /// Body length in bytes.
+    pub len: u64,
+}
+
+/// A representation with its body in memory.
+#[derive(Debug)]
+pub struct Variant {
+    /// Validator and headers.
+    pub rep: Representation,
+    /// The body.
+    pub body: Bytes,
+}
+
+/// A file served from memory.
+#[derive(Debug)]
+pub struct CachedFile {
+    /// The file as it is.
+    pub identity: Variant,
+    /// Brotli variant, if worth serving.
+    pub brotli: Option<Variant>,
+    /// Gzip variant, if worth serving.
+    pub gzip: Option<Variant>,
+    /// Last modification, whole seconds.
+    pub modified: SystemTime,
+}
+
+/// A file streamed from disk.
+#[derive(Debug)]
+pub struct DiskFile {
+    /// Validator and headers.
+    pub rep: Representation,
+    /// Where it is.
+    pub path: PathBuf,
+    /// Last modification, whole seconds.
+    pub modified: SystemTime,
+}
+
+/// A file of the site.
+#[derive(Debug, Clone)]
+pub enum Resource {
+    /// Held in memory.
+    Memory(Arc<CachedFile>),
+    /// Streamed from disk.
+    Disk(Arc<DiskFile>),
+}
+
+impl Resource {
+    /// Last modification time, whole seconds.
+    pub fn modified(&self) -> SystemTime {
+        match self {
+            Resource::Memory(f) => f.modified,
+            Resource::Disk(f) => f.modified,
+        }
+    }
+}
+
+/// The loaded files of one site.
+#[derive(Debug, Default)]
+pub struct SiteCache {
+    files: HashMap<Box<str>, Resource>,
+    /// Folder paths, with a trailing slash ("/", "/docs/").
+    dirs: HashSet<Box<str>>,
+    not_found: Option<Arc<NotFoundPage>>,
+    stats: CacheStats,
+}
+
+/// The site's own `404.html`, with headers for a 404 answer.
+#[derive(Debug)]
+pub struct NotFoundPage {
+    /// Headers (no validators: a 404 is not cacheable by ETag).
+    pub headers: HeaderMap,
+    /// The page.
+    pub body: Bytes,
+}
+
+impl SiteCache {
+    /// Reads every file under the site's root.
+    pub fn load(site: &SiteConfig) -> Result<SiteCache, LoadError> {
+        let root = site.root.canonicalize().map_err(|source| LoadError::Root {
+            path: site.root.clone(),
+            source,
+        })?;
+        let cache_control = site
+            .cache_control
+            .as_deref()
+            .and_then(|v| HeaderValue::from_str(v).ok());
+        let mut loader = Loader {
+            root: &root,
+            site,
+            cache_control,
+            cache: SiteCache::default(),
+            visited: HashSet::new(),
+        };
+        loader.cache.dirs.insert("/".into());
+        loader.walk(&root, "").map_err(|source| LoadError::Root {
+            path: site.root.clone(),
+            source,
+        })?;
+        let mut cache = loader.cache;
+        if let Some(Resource::Memory(page)) = cache.files.get("/404.html") {
+            let mut headers = page.identity.rep.headers.clone();
+            for name in [
+                header::ETAG,
+                header::LAST_MODIFIED,
+                header::ACCEPT_RANGES,
+                header::CACHE_CONTROL,
+            ] {
+                headers.remove(name);
+            }
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            cache.not_found = Some(Arc::new(NotFoundPage {
+                headers,
+                body: page.identity.body.clone(),
+            }));
+        }
+        Ok(cache)
+    }
+
+    /// The file at a normalised path.
+    #[inline]
+    pub fn get(&self, path: &str) -> Option<&Resource> {
+        self.files.get(path)
+    }
+
+    /// Whether a normalised path (with trailing slash) is a folder.
+    pub fn is_dir(&self, path_with_slash: &str) -> bool {
+        self.dirs.contains(path_with_slash)
+    }
+
+    /// The site's `404.html`, if it has one.
+    pub fn not_found(&self) -> Option<&NotFoundPage> {
+        self.not_found.as_deref()
+    }
+
+    /// What the cache holds.
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    /// Every path served, sorted (for `swan check` and tests).
+    pub fn paths(&self) -> Vec<&str> {
+        let mut paths: Vec<&str> = self.files.keys().map(|k| &**k).collect();
+        paths.sort_unstable();
+        paths
+    }
+}
+
+struct Loader<'a> {
+    root: &'a Path,
+    site: &'a SiteConfig,
+    cache_control: Option<HeaderValue>,
+    cache: SiteCache,
+    visited: HashSet<PathBuf>,
+}
+
+impl Loader<'_> {
+    fn walk(&mut self, dir: &Path, prefix: &str) -> std::io::Result<()> {
+        if !self.visited.insert(dir.to_path_buf()) {
+            return Ok(());
+        }
+        let mut entries: Vec<_> = std::fs::read_dir(dir)?.filter_map(Result::ok).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else {
+                tracing::warn!(site = %self.site.name, file = %entry.path().display(), "skipped: file name is not UTF-8");
+                continue;
+            };
+            if name.starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            // Follow symlinks only when they stay inside the root.
+            let Ok(real) = path.canonicalize() else {
+                tracing::warn!(site = %self.site.name, file = %path.display(), "skipped: broken link");
+                continue;
+            };
+            if !real.starts_with(self.root) {
+                tracing::warn!(site = %self.site.name, file = %path.display(), target = %real.display(), "skipped: link points outside the site root");
+                continue;
+            }
+            let Ok(meta) = std::fs::metadata(&real) else {
+                continue;
+            };
+            let key = format!("{prefix}/{name}");
+            if meta.is_dir() {
+                self.cache.dirs.insert(format!("{key}/").into());
+                if let Err(e) = self.walk(&real, &key) {
+                    tracing::warn!(site = %self.site.name, dir = %path.display(), error = %e, "skipped folder");
+                }
+            } else if meta.is_file() {
+                if let Err(e) = self.add_file(&real, key, &meta) {
+                    tracing::warn!(site = %self.site.name, file = %path.display(), error = %e, "skipped file");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn add_file(
+        &mut self,
+        path: &Path,
+        key: String,
+        meta: &std::fs::Metadata,
+    ) -> std::io::Result<()> {
+        let modified = whole_seconds(meta.modified().unwrap_or(UNIX_EPOCH));
+        let last_modified = http_date(modified);
+        let content_type = content_type_for(path);
+        let len = meta.len();
+        let remaining = self
+            .site
+            .cache
+            .budget
+            .saturating_sub(self.cache.stats.cached_bytes);
+        if len > self.site.cache.max_file_size || len > remaining {
+            if len <= self.site.cache.max_file_size {
+                tracing::warn!(site = %self.site.name, file = %path.display(), "cache budget used up: streaming from disk");
+            }
+            let mtime_nanos = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            let etag = quoted_etag(&format!("{len:x}-{mtime_nanos:x}"));
+            let rep = self.representation(&content_type, len, etag, &last_modified, None, false);
+            self.cache.stats.streamed_files += 1;
+            self.cache.files.insert(
+                key.into(),
+                Resource::Disk(Arc::new(DiskFile {
+                    rep,
+                    path: path.to_path_buf(),
+                    modified,
+                })),
+            );
+            return Ok(());
+        }
+        let data = Bytes::from(std::fs::read(path)?);
+        let hash = content_hash(&data);
+        let ct = content_type.to_str().unwrap_or("");
+        let mut variants: [Option<Variant>; 2] = [None, None];
+        for (slot, encoding) in variants.iter_mut().zip([Encoding::Brotli, Encoding::Gzip]) {
+            let sibling = PathBuf::from(format!("{}.{}", path.display(), encoding.suffix()));
+            let body = match std::fs::read(&sibling) {
+                Ok(bytes) => Some(bytes),
+                Err(_) if self.site.cache.compress && compress::is_compressible(ct) => {
+                    compress::compress(&data, encoding)
+                }
+                Err(_) => None,
+            };
+            if let Some(body) = body {
+                let etag = quoted_etag(&format!("{hash:016x}-{}", encoding.suffix()));
+                let rep = self.representation(
+                    &content_type,
+                    body.len() as u64,
+                    etag,
+                    &last_modified,
+                    Some(encoding),
+                    true,
+                );
+                *slot = Some(Variant {
+                    rep,
+                    body: Bytes::from(body),
+                });
+            }
+        }
+        let [brotli, gzip] = variants;
+        let vary = brotli.is_some() || gzip.is_some();
+        let etag = quoted_etag(&format!("{hash:016x}"));
+        let identity = Variant {
+            rep: self.representation(
+                &content_type,
+                data.len() as u64,
+                etag,
+                &last_modified,
+                None,
+                vary,
+            ),
+            body: data,
+        };
+        let size = identity.body.len()
+            + brotli.as_ref().map_or(0, |v| v.body.len())
+            + gzip.as_ref().map_or(0, |v| v.body.len());
+        self.cache.stats.cached_files += 1;
+        self.cache.stats.cached_bytes += size as u64;
+        self.cache.stats.compressed_variants +=
+            usize::from(brotli.is_some()) + usize::from(gzip.is_some());
+        self.cache.files.insert(
+            key.into(),
+            Resource::Memory(Arc::new(CachedFile {
+                identity,
+                brotli,
+                gzip,
+                modified,
+            })),
+        );
+        Ok(())
+    }
+
+    fn representation(
+        &self,
+        content_type: &HeaderValue,
+        len: u64,
+        etag: HeaderValue,
+        last_modified: &HeaderValue,
+        encoding: Option<Encoding>,
+        vary: bool,
+    ) -> Representation {
+        let mut not_modified = HeaderMap::with_capacity(6);
+        not_modified.insert(header::ETAG, etag.clone());
+        not_modified.insert(header::LAST_MODIFIED, last_modified.clone());
+        if let Some(cc) = &self.cache_control {
+            not_modified.insert(header::CACHE_CONTROL, cc.clone());
+        }
+        if vary {
+            not_modified.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+        }
+        let mut headers = not_modified.clone();
+        headers.reserve(5);
+        headers.insert(header::CONTENT_TYPE, content_type.clone());
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        if let Some(encoding) = encoding {
+            headers.insert(header::CONTENT_ENCODING, encoding.header_value());
+        }
+        Representation {
+            etag,
+            headers,
+            not_modified,
+            len,
+        }
+    }
+}
+
+/// Content-Type from the extension, with a charset for text.
+pub fn content_type_for(path: &Path) -> HeaderValue {
+    let mime = mime_guess::from_path(path).first_or_octet_stream();
+    let essence = mime.essence_str();
+    let text = mime.type_() == mime_guess::mime::TEXT
+        || matches!(
+            essence,
+            "application/javascript" | "application/json" | "image/svg+xml" | "application/xml"
+        );
+    let value = if text && mime.get_param("charset").is_none() {
+        format!("{essence}; charset=utf-8")
+    } else {
+        mime.to_string()
+    };
+    HeaderValue::from_str(&value).unwrap_or(HeaderValue::from_static("application/octet-stream"))
+}
+
+fn content_hash(data: &[u8]) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    data.hash(&mut hasher);
+    hasher.finish()
+}
+
+fn quoted_etag(tag: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{tag}\"")).unwrap_or(HeaderValue::from_static("\"0\""))
+}
+
+/// Truncates a time to whole seconds, as HTTP dates carry no more.
+pub(crate) fn whole_seconds(t: SystemTime) -> SystemTime {
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+fn http_date(t: SystemTime) -> HeaderValue {
+    HeaderValue::from_str(&httpdate::fmt_http_date(t))
+        .unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"))
+}

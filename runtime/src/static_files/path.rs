@@ -1,0 +1,229 @@
+//! Request path normalisation: the one place a URL path becomes a cache key.
+//!
+//! The path is percent-decoded exactly once, then split and rebuilt with
+//! `.` dropped and `..` applied. Anything that could name a file outside the
+//! site root, or that has two meanings on some filesystem, is refused here:
+//! encoded separators (`%2f`, `%5c`), backslashes, NUL bytes, and `..` that
+//! climbs above the root. Hidden names (a segment starting with `.`) are
+//! reported separately so they answer 404 like a missing file.
+
+use std::borrow::Cow;
+
+use percent_encoding::percent_decode_str;
+
+/// Why a path was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// Not an origin-form path (must start with `/`), or bad percent-encoding.
+    #[error("malformed path")]
+    Malformed,
+    /// `%2f` or `%5c`: a separator hidden from the router.
+    #[error("encoded path separator")]
+    EncodedSeparator,
+    /// A backslash, which some filesystems treat as a separator.
+    #[error("backslash in path")]
+    Backslash,
+    /// A NUL byte.
+    #[error("NUL byte in path")]
+    Nul,
+    /// `..` climbing above the root.
+    #[error("path escapes the site root")]
+    EscapesRoot,
+    /// A segment starting with `.` (dotfile or dot-folder).
+    #[error("hidden file")]
+    Hidden,
+}
+
+impl PathError {
+    /// Whether the client should see 404 (rather than 400).
+    pub fn is_not_found(self) -> bool {
+        matches!(self, PathError::Hidden)
+    }
+}
+
+/// Normalises a raw (still percent-encoded) request path.
+///
+/// The result starts with `/`, has no empty, `.` or `..` segments, and ends
+/// with `/` exactly when the request named a folder. Paths that are already
+/// normal (the common case) are returned borrowed, without allocating.
+pub fn normalize(raw: &str) -> Result<Cow<'_, str>, PathError> {
+    if !raw.starts_with('/') {
+        return Err(PathError::Malformed);
+    }
+    if is_plain(raw) {
+        return Ok(Cow::Borrowed(raw));
+    }
+    if contains_encoded_separator(raw) {
+        return Err(PathError::EncodedSeparator);
+    }
+    let decoded = percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| PathError::Malformed)?;
+    if decoded.contains('\0') {
+        return Err(PathError::Nul);
+    }
+    if decoded.contains('\\') {
+        return Err(PathError::Backslash);
+    }
+    let mut segments: Vec<&str> = Vec::new();
+    let mut trailing_slash = decoded.ends_with('/');
+    for segment in decoded.split('/') {
+        match segment {
+            "" => {}
+            "." => trailing_slash = true,
+            ".." => {
+                if segments.pop().is_none() {
+                    return Err(PathError::EscapesRoot);
+                }
+                trailing_slash = true;
+            }
+            s if s.starts_with('.') => return Err(PathError::Hidden),
+            s => {
+                segments.push(s);
+                trailing_slash = false;
+            }
+        }
+    }
+    if decoded.ends_with('/') {
+        trailing_slash = true;
+    }
+    let mut out = String::with_capacity(decoded.len() + 1);
+    for s in &segments {
+        out.push('/');
+        out.push_str(s);
+    }
+    if trailing_slash || segments.is_empty() {
+        out.push('/');
+    }
+    Ok(Cow::Owned(out))
+}
+
+/// True when `raw` needs no decoding and no segment rewriting: no `%`, no
+/// `\`, no `//`, and no segment starting with `.`.
+fn is_plain(raw: &str) -> bool {
+    let bytes = raw.as_bytes();
+    let mut prev = 0u8;
+    for &b in bytes {
+        match b {
+            b'%' | b'\\' | 0 => return false,
+            b'/' if prev == b'/' => return false,
+            b'.' if prev == b'/' => return false,
+            _ => {}
+        }
+        prev = b;
+    }
+    true
+}
+
+fn contains_encoded_separator(raw: &str) -> bool {
+    raw.as_bytes().windows(3).any(|w| {
+        w[0] == b'%'
+            && (w[1] == b'2' && w[2].eq_ignore_ascii_case(&b'f')
+                || w[1] == b'5' && w[2].eq_ignore_ascii_case(&b'c'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ok(raw: &str) -> String {
+        normalize(raw).expect(raw).into_owned()
+    }
+
+    #[test]
+    fn plain_paths_are_borrowed() {
+        assert!(matches!(
+            normalize("/a/b.html"),
+            Ok(Cow::Borrowed("/a/b.html"))
+        ));
+        assert!(matches!(normalize("/"), Ok(Cow::Borrowed("/"))));
+    }
+
+    #[test]
+    fn dot_segments_are_resolved_inside_the_root() {
+        assert_eq!(ok("/a/./b"), "/a/b");
+        assert_eq!(ok("/a/b/../c"), "/a/c");
+        assert_eq!(ok("/a/.."), "/");
+        assert_eq!(ok("/a//b"), "/a/b");
+        assert_eq!(ok("/a/b/"), "/a/b/");
+        assert_eq!(ok("/a/b/."), "/a/b/");
+    }
+
+    #[test]
+    fn climbing_above_the_root_is_refused() {
+        assert_eq!(normalize("/.."), Err(PathError::EscapesRoot));
+        assert_eq!(
+            normalize("/a/../../etc/passwd"),
+            Err(PathError::EscapesRoot)
+        );
+        assert_eq!(normalize("/%2e%2e/etc/passwd"), Err(PathError::EscapesRoot));
+        assert_eq!(normalize("/a/%2E%2E/%2e%2e/x"), Err(PathError::EscapesRoot));
+    }
+
+    #[test]
+    fn encoded_separators_backslashes_and_nul_are_refused() {
+        assert_eq!(normalize("/a%2fb"), Err(PathError::EncodedSeparator));
+        assert_eq!(normalize("/a%2Fb"), Err(PathError::EncodedSeparator));
+        assert_eq!(
+            normalize("/..%5c..%5cwindows"),
+            Err(PathError::EncodedSeparator)
+        );
+        assert_eq!(normalize("/a\\..\\b"), Err(PathError::Backslash));
+        assert_eq!(normalize("/a%00.html"), Err(PathError::Nul));
+        assert_eq!(normalize("/%ff"), Err(PathError::Malformed));
+        assert_eq!(normalize("a/b"), Err(PathError::Malformed));
+    }
+
+    #[test]
+    fn hidden_names_are_not_found() {
+        assert_eq!(normalize("/.env"), Err(PathError::Hidden));
+        assert_eq!(normalize("/.git/config"), Err(PathError::Hidden));
+        assert_eq!(normalize("/a/%2egit/x"), Err(PathError::Hidden));
+        assert!(PathError::Hidden.is_not_found());
+    }
+
+    #[test]
+    fn decoding_happens_once() {
+        // %252e is "%2e" after one decoding: a literal name, not "..".
+        assert_eq!(ok("/%252e%252e/x"), "/%2e%2e/x");
+        assert_eq!(ok("/caf%C3%A9.html"), "/café.html");
+    }
+
+    fn segment() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("..".to_owned()),
+            Just(".".to_owned()),
+            Just("%2e%2e".to_owned()),
+            Just("%2E.".to_owned()),
+            Just("%2f".to_owned()),
+            Just("%5C".to_owned()),
+            Just("\\".to_owned()),
+            Just("%00".to_owned()),
+            Just("".to_owned()),
+            Just("%252e".to_owned()),
+            "[a-z]{1,4}",
+            "[a-z%.\\\\]{1,6}",
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn no_generated_path_escapes_the_root(segs in proptest::collection::vec(segment(), 0..8)) {
+            let raw = format!("/{}", segs.join("/"));
+            if let Ok(norm) = normalize(&raw) {
+                prop_assert!(norm.starts_with('/'));
+                for s in norm.split('/') {
+                    prop_assert!(s != ".." && s != ".", "{raw} -> {norm}");
+                    prop_assert!(!s.starts_with('.'), "{raw} -> {norm}");
+                    prop_assert!(!s.contains('\\') && !s.contains('\0'), "{raw} -> {norm}");
+                }
+                let root = std::path::Path::new("/srv/www");
+                let joined = root.join(norm.trim_start_matches('/'));
+                prop_assert!(joined.components().all(|c| !matches!(c, std::path::Component::ParentDir)));
+                prop_assert!(joined.starts_with(root));
+            }
+        }
+    }
+}

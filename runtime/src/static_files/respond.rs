@@ -1,0 +1,338 @@
+//! Answering a request from a site's cache: method check, path
+//! normalisation, folders and index files, conditional requests, ranges and
+//! content-coding negotiation.
+
+use std::time::SystemTime;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+
+use super::cache::{CachedFile, DiskFile, Representation, Resource, SiteCache, Variant};
+use super::compress::Accepted;
+use super::path::{self, PathError};
+use crate::body::Body;
+use crate::respond::{self as errors, simple};
+
+/// The file served for a folder path ending in `/`.
+pub const INDEX_FILE: &str = "index.html";
+
+/// Answers a GET or HEAD for a static path.
+pub async fn respond<B>(cache: &SiteCache, req: &Request<B>) -> Response<Body> {
+    let head = match *req.method() {
+        Method::GET => false,
+        Method::HEAD => true,
+        _ => return errors::method_not_allowed(),
+    };
+    let raw_path = req.uri().path();
+    let normalized = match path::normalize(raw_path) {
+        Ok(p) => p,
+        Err(e) if e.is_not_found() => return not_found(cache, head),
+        Err(PathError::EscapesRoot) | Err(_) => {
+            return simple(StatusCode::BAD_REQUEST, "Bad Request");
+        }
+    };
+    let resource = if normalized.ends_with('/') {
+        let mut index = String::with_capacity(normalized.len() + INDEX_FILE.len());
+        index.push_str(&normalized);
+        index.push_str(INDEX_FILE);
+        cache.get(&index)
+    } else {
+        cache.get(&normalized)
+    };
+    let Some(resource) = resource else {
+        if !normalized.ends_with('/') && cache.is_dir(&format!("{normalized}/")) {
+            return redirect_to_folder(req);
+        }
+        return not_found(cache, head);
+    };
+    match resource {
+        Resource::Memory(file) => from_memory(file, req, head),
+        Resource::Disk(file) => from_disk(file, req, head).await,
+    }
+}
+
+fn from_memory<B>(file: &CachedFile, req: &Request<B>, head: bool) -> Response<Body> {
+    let headers = req.headers();
+    let range = headers.get(header::RANGE);
+    // Ranges apply to the identity body only (documented in README).
+    let variant = if range.is_some() {
+        &file.identity
+    } else {
+        choose_variant(file, headers)
+    };
+    if let Some(res) = not_modified(&variant.rep, file.modified, headers) {
+        return res;
+    }
+    if let Some(range) = range {
+        match byte_range(range, headers, &file.identity.rep, file.modified) {
+            RangeAnswer::Full => {}
+            RangeAnswer::Partial(start, end) => {
+                let body = if head {
+                    Body::empty()
+                } else {
+                    Body::full(file.identity.body.slice(start as usize..=end as usize))
+                };
+                return partial(&file.identity.rep, start, end, body);
+            }
+            RangeAnswer::Unsatisfiable => return unsatisfiable(file.identity.rep.len),
+        }
+    }
+    let body = if head {
+        Body::empty()
+    } else {
+        Body::full(variant.body.clone())
+    };
+    with_headers(StatusCode::OK, variant.rep.headers.clone(), body)
+}
+
+async fn from_disk<B>(file: &DiskFile, req: &Request<B>, head: bool) -> Response<Body> {
+    let headers = req.headers();
+    if let Some(res) = not_modified(&file.rep, file.modified, headers) {
+        return res;
+    }
+    let (start, len, partial_range) = match headers.get(header::RANGE) {
+        None => (0, file.rep.len, None),
+        Some(range) => match byte_range(range, headers, &file.rep, file.modified) {
+            RangeAnswer::Full => (0, file.rep.len, None),
+            RangeAnswer::Partial(s, e) => (s, e - s + 1, Some((s, e))),
+            RangeAnswer::Unsatisfiable => return unsatisfiable(file.rep.len),
+        },
+    };
+    let body = if head {
+        Body::empty()
+    } else {
+        match open_at(&file.path, start, file.rep.len).await {
+            Ok(f) => Body::file(f, len),
+            Err(e) => {
+                tracing::warn!(file = %file.path.display(), error = %e, "cannot stream file");
+                return simple(StatusCode::NOT_FOUND, "Not Found");
+            }
+        }
+    };
+    match partial_range {
+        Some((s, e)) => partial(&file.rep, s, e, body),
+        None => with_headers(StatusCode::OK, file.rep.headers.clone(), body),
+    }
+}
+
+/// Opens a file and seeks to `start`, refusing a file whose size changed
+/// since it was loaded (its headers would lie).
+async fn open_at(
+    path: &std::path::Path,
+    start: u64,
+    expected_len: u64,
+) -> std::io::Result<tokio::fs::File> {
+    use tokio::io::AsyncSeekExt;
+    let mut f = tokio::fs::File::open(path).await?;
+    let len = f.metadata().await?.len();
+    if len != expected_len {
+        return Err(std::io::Error::other(
+            "file changed size since it was loaded",
+        ));
+    }
+    if start > 0 {
+        f.seek(std::io::SeekFrom::Start(start)).await?;
+    }
+    Ok(f)
+}
+
+fn choose_variant<'f>(file: &'f CachedFile, headers: &HeaderMap) -> &'f Variant {
+    if file.brotli.is_none() && file.gzip.is_none() {
+        return &file.identity;
+    }
+    let Some(value) = headers.get(header::ACCEPT_ENCODING) else {
+        return &file.identity;
+    };
+    let accepted = Accepted::parse(value.as_bytes());
+    match (&file.brotli, &file.gzip) {
+        (Some(br), _) if accepted.brotli => br,
+        (_, Some(gz)) if accepted.gzip => gz,
+        _ => &file.identity,
+    }
+}
+
+/// A 304 when the client's validators match; If-None-Match wins over
+/// If-Modified-Since.
+fn not_modified(
+    rep: &Representation,
+    modified: SystemTime,
+    headers: &HeaderMap,
+) -> Option<Response<Body>> {
+    let fresh = if let Some(inm) = headers.get(header::IF_NONE_MATCH) {
+        etag_list_matches_weak(inm.as_bytes(), rep.etag.as_bytes())
+    } else if let Some(ims) = headers.get(header::IF_MODIFIED_SINCE) {
+        ims.to_str()
+            .ok()
+            .and_then(|s| httpdate::parse_http_date(s).ok())
+            .is_some_and(|since| modified <= since)
+    } else {
+        false
+    };
+    fresh.then(|| {
+        with_headers(
+            StatusCode::NOT_MODIFIED,
+            rep.not_modified.clone(),
+            Body::empty(),
+        )
+    })
+}
+
+/// Weak comparison of `etag` against a list (or `*`) from If-None-Match.
+pub(crate) fn etag_list_matches_weak(list: &[u8], etag: &[u8]) -> bool {
+    let etag = strip_weak(etag);
+    list.split(|b| *b == b',')
+        .map(|t| t.trim_ascii())
+        .any(|t| t == b"*" || strip_weak(t) == etag)
+}
+
+fn strip_weak(tag: &[u8]) -> &[u8] {
+    tag.strip_prefix(b"W/").unwrap_or(tag)
+}
+
+enum RangeAnswer {
+    /// Ignore the Range header: answer 200 with the whole body.
+    Full,
+    /// Inclusive byte positions.
+    Partial(u64, u64),
+    /// 416.
+    Unsatisfiable,
+}
+
+/// Interprets Range (and If-Range) for a body of `rep.len` bytes.
+/// Multiple ranges, other units and malformed values get the full body.
+fn byte_range(
+    range: &HeaderValue,
+    headers: &HeaderMap,
+    rep: &Representation,
+    modified: SystemTime,
+) -> RangeAnswer {
+    if let Some(if_range) = headers.get(header::IF_RANGE) {
+        let v = if_range.as_bytes();
+        let current = if v.starts_with(b"\"") {
+            // Strong comparison: weak tags never match.
+            v == rep.etag.as_bytes()
+        } else {
+            if_range
+                .to_str()
+                .ok()
+                .and_then(|s| httpdate::parse_http_date(s).ok())
+                .is_some_and(|d| d == modified)
+        };
+        if !current {
+            return RangeAnswer::Full;
+        }
+    }
+    let Ok(value) = range.to_str() else {
+        return RangeAnswer::Full;
+    };
+    let Some(spec) = value.trim().strip_prefix("bytes=") else {
+        return RangeAnswer::Full;
+    };
+    if spec.contains(',') {
+        return RangeAnswer::Full;
+    }
+    let Some((first, last)) = spec.trim().split_once('-') else {
+        return RangeAnswer::Full;
+    };
+    let len = rep.len;
+    let (first, last) = (first.trim(), last.trim());
+    if first.is_empty() {
+        // Suffix range: the last N bytes.
+        let Ok(n) = last.parse::<u64>() else {
+            return RangeAnswer::Full;
+        };
+        if n == 0 || len == 0 {
+            return RangeAnswer::Unsatisfiable;
+        }
+        return RangeAnswer::Partial(len.saturating_sub(n), len - 1);
+    }
+    let Ok(start) = first.parse::<u64>() else {
+        return RangeAnswer::Full;
+    };
+    let end = if last.is_empty() {
+        u64::MAX
+    } else {
+        match last.parse::<u64>() {
+            Ok(e) if e >= start => e,
+            _ => return RangeAnswer::Full,
+        }
+    };
+    if start >= len {
+        return RangeAnswer::Unsatisfiable;
+    }
+    RangeAnswer::Partial(start, end.min(len - 1))
+}
+
+fn partial(rep: &Representation, start: u64, end: u64, body: Body) -> Response<Body> {
+    let mut headers = rep.headers.clone();
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(end - start + 1));
+    headers.remove(header::CONTENT_ENCODING);
+    let content_range = format!("bytes {start}-{end}/{}", rep.len);
+    if let Ok(v) = HeaderValue::from_str(&content_range) {
+        headers.insert(header::CONTENT_RANGE, v);
+    }
+    with_headers(StatusCode::PARTIAL_CONTENT, headers, body)
+}
+
+fn unsatisfiable(len: u64) -> Response<Body> {
+    let mut res = simple(StatusCode::RANGE_NOT_SATISFIABLE, "Range Not Satisfiable");
+    if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
+        res.headers_mut().insert(header::CONTENT_RANGE, v);
+    }
+    res
+}
+
+fn redirect_to_folder<B>(req: &Request<B>) -> Response<Body> {
+    let uri = req.uri();
+    let location = match uri.query() {
+        Some(q) => format!("{}/?{q}", uri.path()),
+        None => format!("{}/", uri.path()),
+    };
+    let mut res = simple(StatusCode::MOVED_PERMANENTLY, "Moved Permanently");
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        res.headers_mut().insert(header::LOCATION, v);
+    }
+    res
+}
+
+/// The site's 404 page, or a small built-in one.
+pub fn not_found(cache: &SiteCache, head: bool) -> Response<Body> {
+    match cache.not_found() {
+        Some(page) => {
+            let body = if head {
+                Body::empty()
+            } else {
+                Body::full(page.body.clone())
+            };
+            with_headers(StatusCode::NOT_FOUND, page.headers.clone(), body)
+        }
+        None => {
+            let mut res = simple(StatusCode::NOT_FOUND, "Not Found");
+            if head {
+                *res.body_mut() = Body::empty();
+            }
+            res
+        }
+    }
+}
+
+fn with_headers(status: StatusCode, headers: HeaderMap, body: Body) -> Response<Body> {
+    let mut res = Response::new(body);
+    *res.status_mut() = status;
+    *res.headers_mut() = headers;
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weak_comparison_for_if_none_match() {
+        assert!(etag_list_matches_weak(b"\"a\"", b"\"a\""));
+        assert!(etag_list_matches_weak(b"W/\"a\"", b"\"a\""));
+        assert!(etag_list_matches_weak(b"\"x\", W/\"a\"", b"\"a\""));
+        assert!(etag_list_matches_weak(b"*", b"\"a\""));
+        assert!(!etag_list_matches_weak(b"\"b\"", b"\"a\""));
+    }
+}
