@@ -1,1 +1,1 @@
-//! benches
+//! Shared helpers for swan benchmarks (the benchmarks live in `benches/`).

@@ -1,1 +1,1 @@
-//! sdk
+//! Write swan servlets in Rust. (The SDK arrives with the servlet runtime.)

@@ -1,1 +1,7 @@
+//! End-to-end tests: the real server on 127.0.0.1:0, real HTTP clients.
+//! One binary, a module per feature.
 
+mod config_ui;
+mod http;
+mod static_files;
+mod vhosts;

@@ -1,1 +1,247 @@
-//! test support
+//! Test support: a real swan server on 127.0.0.1:0 and real HTTP clients.
+//!
+//! [`TestSite`] lays out a site in a temporary folder; [`TestServer`] starts
+//! swan on it through the same `swan::serve` entry point the binary uses, and
+//! stops it (gracefully) when asked or dropped.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A folder holding a swan.toml and site roots, removed when dropped.
+pub struct TestSite {
+    dir: tempfile::TempDir,
+}
+
+impl TestSite {
+    /// An empty folder.
+    pub fn new() -> Result<TestSite> {
+        Ok(TestSite {
+            dir: tempfile::tempdir().context("temp dir")?,
+        })
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes `contents` at `rel` (creating folders), returning the path.
+    pub fn file(&self, rel: &str, contents: impl AsRef<[u8]>) -> Result<PathBuf> {
+        let path = self.dir.path().join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, contents).with_context(|| format!("write {}", path.display()))?;
+        Ok(path)
+    }
+
+    /// Creates a folder at `rel`.
+    pub fn dir(&self, rel: &str) -> Result<PathBuf> {
+        let path = self.dir.path().join(rel);
+        std::fs::create_dir_all(&path)?;
+        Ok(path)
+    }
+
+    /// Parses `toml` as if it were `swan.toml` in this folder.
+    pub fn config(&self, toml: &str) -> Result<swan::Config> {
+        let file = self.dir.path().join("swan.toml");
+        std::fs::write(&file, toml)?;
+        swan::Config::parse(toml, &file, self.dir.path()).map_err(|e| anyhow::anyhow!("{e}"))
+    }
+}
+
+/// A running server.
+pub struct TestServer {
+    addr: SocketAddr,
+    app: Arc<swan::App>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), swan::ServeError>>>,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// A response read whole.
+#[derive(Debug)]
+pub struct Reply {
+    /// Status.
+    pub status: StatusCode,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body.
+    pub body: Bytes,
+    /// HTTP version.
+    pub version: http::Version,
+}
+
+impl Reply {
+    /// A header as text ("" when absent).
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+impl TestServer {
+    /// Loads `config` and serves it on 127.0.0.1:0.
+    pub async fn start(mut config: swan::Config) -> Result<TestServer> {
+        config.server.listen = vec![SocketAddr::from(([127, 0, 0, 1], 0))];
+        let sites = swan::Sites::load(&config).context("load sites")?;
+        let app = Arc::new(swan::App::new(config.server.clone(), sites));
+        let listeners = swan::bind(&config.server.listen, 1).context("bind")?;
+        let addr = listeners[0][0].local_addr()?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(swan::serve(app.clone(), listeners, async move {
+            let _ = stopped.await;
+        }));
+        Ok(TestServer {
+            addr,
+            app,
+            stop: Some(stop),
+            task: Some(task),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The app, for inspecting state.
+    pub fn app(&self) -> &Arc<swan::App> {
+        &self.app
+    }
+
+    /// `http://127.0.0.1:PORT{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// GET `path`.
+    pub async fn get(&self, path: &str) -> Result<Reply> {
+        self.send(Request::get(self.url(path)).body(Full::default())?)
+            .await
+    }
+
+    /// GET `path` with extra headers.
+    pub async fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Result<Reply> {
+        let mut req = Request::get(self.url(path));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        self.send(req.body(Full::default())?).await
+    }
+
+    /// Sends a request over HTTP/1.1 (pooled keep-alive connections).
+    pub async fn send(&self, req: Request<Full<Bytes>>) -> Result<Reply> {
+        let res = tokio::time::timeout(Duration::from_secs(30), self.client.request(req))
+            .await
+            .context("request timed out")??;
+        read_reply(res).await
+    }
+
+    /// Sends a request over HTTP/2 with prior knowledge.
+    pub async fn send_h2(&self, req: Request<Full<Bytes>>) -> Result<Reply> {
+        let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+        let res = tokio::time::timeout(Duration::from_secs(30), client.request(req))
+            .await
+            .context("request timed out")??;
+        read_reply(res).await
+    }
+
+    /// Writes raw bytes on a new connection and reads until the server
+    /// closes it or `wait` passes.
+    pub async fn raw(&self, request: &[u8], wait: Duration) -> Result<String> {
+        let mut stream = TcpStream::connect(self.addr).await?;
+        stream.write_all(request).await?;
+        Ok(read_until_close(&mut stream, wait).await)
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn stop(mut self) -> Result<()> {
+        self.shutdown().await
+    }
+
+    async fn shutdown(&mut self) -> Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(30), task)
+                .await
+                .context("server did not stop")???;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Reads from `stream` until EOF or `wait` passes; returns what came.
+pub async fn read_until_close(stream: &mut TcpStream, wait: Duration) -> String {
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(wait, stream.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether the server closed `stream` within `wait` (EOF or reset).
+pub async fn closed_within(stream: &mut TcpStream, wait: Duration) -> bool {
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+async fn read_reply(res: http::Response<hyper::body::Incoming>) -> Result<Reply> {
+    let (parts, body) = res.into_parts();
+    let body = body.collect().await?.to_bytes();
+    Ok(Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+        version: parts.version,
+    })
+}
+
+/// Installs a test log subscriber once (RUST_LOG controls it).
+pub fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}

@@ -240,11 +240,14 @@ impl Config {
         root.finish(&mut diag, &["server", "site"]);
 
         let mut sites = Vec::new();
+        let mut site_spans = Vec::new();
         for mut t in site_tables {
             let site = SiteConfig::read(&mut t, &mut diag, base);
+            let span = t.span();
             t.finish(&mut diag, SiteConfig::KEYS);
             if let Some(site) = site {
                 sites.push(site);
+                site_spans.push(span);
             }
         }
         if sites.is_empty() && !diag.has_errors() {
@@ -264,7 +267,28 @@ impl Config {
         if config.sites.len() == 1 {
             config.sites[0].default = true;
         }
-        config.check_sites()?;
+        if let Err(e) = config.check_sites() {
+            // Point cross-site problems at the site they name.
+            let mut diag = Diagnostics::new(file, source);
+            let located: Vec<Problem> = e
+                .problems()
+                .iter()
+                .cloned()
+                .map(|mut p| {
+                    let index = p
+                        .key
+                        .strip_prefix("site[")
+                        .and_then(|k| k.split(']').next())
+                        .and_then(|n| n.parse::<usize>().ok());
+                    if let Some(span) = index.and_then(|i| site_spans.get(i)) {
+                        (p.line, p.column) = diag.locate(span.start);
+                    }
+                    p
+                })
+                .collect();
+            diag.extend(located);
+            diag.into_result()?;
+        }
         Ok(config)
     }
 
@@ -324,7 +348,7 @@ impl Config {
         match defaults.len() {
             1 => {}
             0 => problem(
-                "site.default".to_owned(),
+                "site[0].default".to_owned(),
                 format!(
                     "{} sites are configured and none is the default",
                     self.sites.len()
@@ -333,7 +357,15 @@ impl Config {
                     .to_owned(),
             ),
             _ => problem(
-                "site.default".to_owned(),
+                format!(
+                    "site[{}].default",
+                    self.sites
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, s)| s.default)
+                        .nth(1)
+                        .map_or(0, |(i, _)| i)
+                ),
                 format!(
                     "{} sites are marked default: {}",
                     defaults.len(),
@@ -347,11 +379,11 @@ impl Config {
             ),
         }
         let mut seen: Vec<(&str, &str)> = Vec::new();
-        for site in &self.sites {
+        for (i, site) in self.sites.iter().enumerate() {
             for host in &site.hosts {
                 if let Some((_, other)) = seen.iter().find(|(h, _)| h == host) {
                     problem(
-                        format!("site.hosts ({})", site.name),
+                        format!("site[{i}].hosts"),
                         format!("host {host:?} is also served by site {other:?}"),
                         "each host name may belong to one site only".to_owned(),
                     );
@@ -360,20 +392,21 @@ impl Config {
             }
             if !site.root.is_dir() {
                 problem(
-                    format!("site.root ({})", site.name),
+                    format!("site[{i}].root"),
                     format!("{} is not a folder", site.root.display()),
                     "create it, or point `root` (or --root) at the folder of static files"
                         .to_owned(),
                 );
             }
-            if let Some(servlets) = &site.servlets {
-                if !servlets.is_dir() {
-                    problem(
-                        format!("site.servlets ({})", site.name),
+            if let Some(servlets) = &site.servlets
+                && !servlets.is_dir()
+            {
+                problem(
+                        format!("site[{i}].servlets"),
+
                         format!("{} is not a folder", servlets.display()),
                         "create it, or point `servlets` (or --servlets) at the folder of .wasm servlets".to_owned(),
                     );
-                }
             }
         }
         if problems.is_empty() {
@@ -446,10 +479,10 @@ impl ServerConfig {
             }
             s.listen = listen;
         }
-        if let Some(n) = t.uint(diag, "workers", 1024) {
-            if *n.get_ref() > 0 {
-                s.workers = *n.get_ref() as usize;
-            }
+        if let Some(n) = t.uint(diag, "workers", 1024)
+            && *n.get_ref() > 0
+        {
+            s.workers = *n.get_ref() as usize;
         }
         if let Some(v) = t.string(diag, "runtime") {
             match v.get_ref().as_str() {

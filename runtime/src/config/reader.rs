@@ -54,10 +54,22 @@ impl<'s> Diagnostics<'s> {
         !self.problems.is_empty()
     }
 
-    pub(crate) fn into_result(self) -> Result<(), ConfigError> {
+    /// Adds problems found elsewhere (already located).
+    pub(crate) fn extend(&mut self, problems: impl IntoIterator<Item = Problem>) {
+        self.problems.extend(problems);
+    }
+
+    /// Line and column of a byte offset in this source.
+    pub(crate) fn locate(&self, offset: usize) -> (usize, usize) {
+        line_column(self.source, offset)
+    }
+
+    /// All problems, in file order.
+    pub(crate) fn into_result(mut self) -> Result<(), ConfigError> {
         if self.problems.is_empty() {
             Ok(())
         } else {
+            self.problems.sort_by_key(|p| (p.line, p.column));
             Err(ConfigError::new(self.problems))
         }
     }
@@ -226,7 +238,12 @@ impl<'a, 'i> TableReader<'a, 'i> {
                 }
             },
             other => {
-                type_error(diag, value.span(), &path, "a size", other);
+                diag.error(
+                    value.span(),
+                    &path,
+                    format!("expected a size, found {}", other.type_str()),
+                    hint(),
+                );
                 None
             }
         }
@@ -256,7 +273,12 @@ impl<'a, 'i> TableReader<'a, 'i> {
                 }
             },
             other => {
-                type_error(diag, value.span(), &path, "a duration string", other);
+                diag.error(
+                    value.span(),
+                    &path,
+                    format!("expected a duration string, found {}", other.type_str()),
+                    hint(),
+                );
                 None
             }
         }

@@ -45,7 +45,9 @@ pub(crate) fn builder(config: &ServerConfig) -> auto::Builder<TokioExecutor> {
         .header_read_timeout(None)
         .keep_alive(true)
         .max_buf_size(config.max_header_bytes)
-        .pipeline_flush(true);
+        // pipeline_flush(true) would batch pipelined responses, but hyper
+        // 1.x then never flushes its automatic 400/431 for a bad head.
+        .pipeline_flush(false);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -99,6 +101,7 @@ pub(crate) async fn serve(
             }
             verdict = &mut watchdog => match verdict {
                 Verdict::Idle if !closing => {
+                    tracing::debug!(%remote, "idle: closing gracefully");
                     conn.as_mut().graceful_shutdown();
                     closing = true;
                     watchdog = Box::pin(watch_idle(state.clone(), limits, true));
@@ -141,6 +144,7 @@ async fn watch_idle(state: Arc<ConnState>, limits: Limits, closing: bool) -> Ver
         tokio::time::sleep(Duration::from_millis(limits.header_read_ms)).await;
         return Verdict::Drop;
     }
+    let recheck = limits.header_read_ms.min(limits.keepalive_ms);
     loop {
         let now = clock::now_ms();
         let deadline = if state.in_flight.load(Ordering::Relaxed) > 0 {
@@ -167,10 +171,11 @@ async fn watch_idle(state: Arc<ConnState>, limits: Limits, closing: bool) -> Ver
                 deadline
             }
         };
-        tokio::time::sleep_until(
-            clock::instant_at(deadline + clock::TICK.as_millis() as u64).into(),
-        )
-        .await;
+        // State changes (a new head starting, a request ending) can bring a
+        // deadline forward; waking at least every `recheck` ms bounds how
+        // late that is noticed.
+        let wake = deadline.min(now + recheck) + clock::TICK.as_millis() as u64;
+        tokio::time::sleep_until(clock::instant_at(wake).into()).await;
     }
 }
 
@@ -242,10 +247,10 @@ impl AsyncRead for WatchedIo {
         let this = self.get_mut();
         let before = buf.filled().len();
         let result = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = result {
-            if buf.filled().len() > before {
-                this.state.touch_read();
-            }
+        if let Poll::Ready(Ok(())) = result
+            && buf.filled().len() > before
+        {
+            this.state.touch_read();
         }
         result
     }
@@ -259,12 +264,12 @@ impl AsyncWrite for WatchedIo {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let result = Pin::new(&mut this.inner).poll_write(cx, data);
-        if let Poll::Ready(Ok(n)) = result {
-            if n > 0 {
-                this.state
-                    .activity_ms
-                    .store(clock::now_ms(), Ordering::Relaxed);
-            }
+        if let Poll::Ready(Ok(n)) = result
+            && n > 0
+        {
+            this.state
+                .activity_ms
+                .store(clock::now_ms(), Ordering::Relaxed);
         }
         result
     }
@@ -276,12 +281,12 @@ impl AsyncWrite for WatchedIo {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = result {
-            if n > 0 {
-                this.state
-                    .activity_ms
-                    .store(clock::now_ms(), Ordering::Relaxed);
-            }
+        if let Poll::Ready(Ok(n)) = result
+            && n > 0
+        {
+            this.state
+                .activity_ms
+                .store(clock::now_ms(), Ordering::Relaxed);
         }
         result
     }

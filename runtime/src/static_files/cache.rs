@@ -244,10 +244,10 @@ impl Loader<'_> {
                 if let Err(e) = self.walk(&real, &key) {
                     tracing::warn!(site = %self.site.name, dir = %path.display(), error = %e, "skipped folder");
                 }
-            } else if meta.is_file() {
-                if let Err(e) = self.add_file(&real, key, &meta) {
-                    tracing::warn!(site = %self.site.name, file = %path.display(), error = %e, "skipped file");
-                }
+            } else if meta.is_file()
+                && let Err(e) = self.add_file(&real, key, &meta)
+            {
+                tracing::warn!(site = %self.site.name, file = %path.display(), error = %e, "skipped file");
             }
         }
         Ok(())

@@ -1,0 +1,186 @@
+//! The `swan` binary: flags, exit codes, banner, signals.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn swan() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_swan"))
+}
+
+fn site() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir(dir.path().join("www")).expect("www");
+    std::fs::write(dir.path().join("www/index.html"), "cli hello").expect("index");
+    dir
+}
+
+#[test]
+fn version_and_help_are_available_on_every_command() {
+    let out = swan().arg("--version").output().expect("run");
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("swan {}", env!("CARGO_PKG_VERSION"))
+    );
+    for cmd in ["serve", "check"] {
+        let out = swan().args([cmd, "--help"]).output().expect("run");
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("--config") && text.contains("--listen"),
+            "{text}"
+        );
+        let out = swan().args([cmd, "--version"]).output().expect("run");
+        assert!(out.status.success());
+    }
+}
+
+#[test]
+fn usage_errors_exit_with_2() {
+    let out = swan()
+        .args(["serve", "--no-such-flag"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let out = swan().output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn check_prints_what_would_be_served() {
+    let dir = site();
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:9999\"]\n[[site]]\nhosts = [\"example.test\"]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let out = swan()
+        .args(["check", "--config"])
+        .arg(dir.path().join("swan.toml"))
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("http://127.0.0.1:9999/"), "{text}");
+    assert!(text.contains("site example.test (default)"), "{text}");
+    assert!(text.contains("1 files in memory"), "{text}");
+    assert!(text.contains("max_connections"), "{text}");
+}
+
+#[test]
+fn configuration_errors_exit_with_2_and_list_every_problem() {
+    let dir = site();
+    let file = dir.path().join("swan.toml");
+    std::fs::write(
+        &file,
+        "[server]\nlisten = \"127.0.0.1:70000\"\nworkerz = 1\n[[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let out = swan()
+        .args(["check", "--config"])
+        .arg(&file)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("swan.toml:2:10: server.listen[0]: port 70000 is out of range"),
+        "{err}"
+    );
+    assert!(
+        err.contains("swan.toml:3:1: server.workerz: unknown key"),
+        "{err}"
+    );
+    let out = swan()
+        .args(["serve", "--config"])
+        .arg(&file)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let empty = tempfile::tempdir().expect("temp dir");
+    let out = swan()
+        .args(["check", "--root", "/no/such/folder/swan"])
+        .current_dir(empty.path())
+        .output()
+        .expect("run");
+
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--root"));
+}
+
+#[test]
+fn an_address_in_use_names_the_flag_that_fixes_it() {
+    let dir = site();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr");
+    let out = swan()
+        .args(["serve", "--root"])
+        .arg(dir.path().join("www"))
+        .args(["--listen", &addr.to_string()])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--listen") && err.contains(&addr.to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn serve_prints_a_banner_answers_and_exits_0_on_sigterm() {
+    let dir = site();
+    let mut child = swan()
+        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(dir.path().join("www"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut banner = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut banner)
+        .expect("banner");
+    assert!(
+        banner.contains("ready in") && banner.contains("1 files"),
+        "{banner}"
+    );
+    let url = banner
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("url in banner");
+    let addr = url.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("write");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("read");
+    assert!(
+        reply.starts_with("HTTP/1.1 200") && reply.ends_with("cli hello"),
+        "{reply}"
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            assert_eq!(status.code(), Some(0));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "swan did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

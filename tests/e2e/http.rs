@@ -1,0 +1,235 @@
+//! The HTTP front end: protocols, limits, timeouts and graceful shutdown.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use bytes::Bytes;
+use http::{Request, StatusCode, Version};
+use http_body_util::Full;
+use swan_tests::{TestServer, TestSite, closed_within, read_until_close};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn server_with(server_toml: &str) -> Result<(TestSite, TestServer)> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "hello")?;
+    site.file("www/big.bin", vec![b'x'; 4 << 20])?;
+    let config = site.config(&format!("[server]\n{server_toml}\n[[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"8 MiB\"\n"))?;
+    let server = TestServer::start(config).await?;
+    Ok((site, server))
+}
+
+#[tokio::test]
+async fn http2_with_prior_knowledge_is_served_on_the_same_port() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let r = server
+        .send_h2(Request::get(server.url("/")).body(Full::default())?)
+        .await?;
+    assert_eq!(r.version, Version::HTTP_2);
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.text(), "hello");
+    assert_eq!(r.header("server"), "swan");
+    let r = server.get("/").await?;
+    assert_eq!(r.version, Version::HTTP_11);
+    Ok(())
+}
+
+#[tokio::test]
+async fn http10_requests_are_answered_and_closed() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let r = server
+        .raw(b"GET / HTTP/1.0\r\n\r\n", Duration::from_secs(5))
+        .await?;
+    assert!(r.starts_with("HTTP/1.0 200 OK\r\n"), "{r}");
+    assert!(r.ends_with("hello"), "{r}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let r = server
+        .raw(
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /missing HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        )
+        .await?;
+    let statuses: Vec<&str> = r
+        .match_indices("HTTP/1.1 ")
+        .map(|(i, _)| &r[i + 9..i + 12])
+        .collect();
+    assert_eq!(statuses, ["200", "404", "200"], "{r}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn keep_alive_reuses_one_connection() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let mut stream = TcpStream::connect(server.addr()).await?;
+    for _ in 0..3 {
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await?;
+        let mut buf = vec![0u8; 1024];
+        let n = stream.read(&mut buf).await?;
+        let text = String::from_utf8_lossy(&buf[..n]);
+        assert!(
+            text.starts_with("HTTP/1.1 200") && text.ends_with("hello"),
+            "{text}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn malformed_requests_get_400_and_the_connection_closes() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    for bad in [
+        &b"GARBAGE\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nHost: a\r\nBad Header\r\n\r\n",
+        b"GET / HTTP/9.9\r\n\r\n",
+    ] {
+        let r = server.raw(bad, Duration::from_secs(5)).await?;
+        assert!(
+            r.starts_with("HTTP/1.1 400") || r.starts_with("HTTP/1.1 505"),
+            "{r}"
+        );
+    }
+    // The server keeps serving everyone else.
+    assert_eq!(server.get("/").await?.status, StatusCode::OK);
+    Ok(())
+}
+
+#[tokio::test]
+async fn oversize_headers_get_431() -> Result<()> {
+    let (_site, server) = server_with("max_header_bytes = \"8 KiB\"").await?;
+    let big = "a".repeat(20_000);
+    let r = server
+        .raw(
+            format!("GET / HTTP/1.1\r\nHost: a\r\nX-Big: {big}\r\n\r\n").as_bytes(),
+            Duration::from_secs(5),
+        )
+        .await?;
+    assert!(r.starts_with("HTTP/1.1 431"), "{r}");
+    assert_eq!(server.get("/").await?.status, StatusCode::OK);
+    Ok(())
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_get_413() -> Result<()> {
+    let (_site, server) = server_with("max_body_bytes = 1000").await?;
+    let r = server
+        .send(Request::post(server.url("/")).body(Full::new(Bytes::from(vec![0u8; 5000])))?)
+        .await?;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    let r = server
+        .raw(
+            b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: nope\r\n\r\n",
+            Duration::from_secs(5),
+        )
+        .await?;
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn clients_sending_headers_too_slowly_are_cut_off() -> Result<()> {
+    let (_site, server) =
+        server_with("header_read_timeout = \"300ms\"\nkeepalive_timeout = \"10s\"").await?;
+    let mut stream = TcpStream::connect(server.addr()).await?;
+    let started = Instant::now();
+    // A slowloris: a byte every 100 ms, never finishing the head.
+    let mut closed = false;
+    for b in b"GET / HTTP/1.1\r\nHost: a\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+    {
+        if stream.write_all(&[*b]).await.is_err() {
+            closed = true;
+            break;
+        }
+        if closed_within(&mut stream, Duration::from_millis(100)).await {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "slow client was not cut off");
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(250) && elapsed < Duration::from_secs(3),
+        "{elapsed:?}"
+    );
+    assert_eq!(server.get("/").await?.status, StatusCode::OK);
+    Ok(())
+}
+
+#[tokio::test]
+async fn idle_keep_alive_connections_are_closed_after_the_timeout() -> Result<()> {
+    let (_site, server) =
+        server_with("keepalive_timeout = \"400ms\"\nheader_read_timeout = \"5s\"").await?;
+    let mut stream = TcpStream::connect(server.addr()).await?;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await?;
+    let mut buf = vec![0u8; 1024];
+    let n = stream.read(&mut buf).await?;
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let started = Instant::now();
+    assert!(closed_within(&mut stream, Duration::from_secs(5)).await);
+    let idle = started.elapsed();
+    assert!(
+        idle >= Duration::from_millis(300) && idle < Duration::from_secs(3),
+        "{idle:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn connections_over_the_limit_wait_for_a_free_slot() -> Result<()> {
+    let (_site, server) = server_with("max_connections = 1\nkeepalive_timeout = \"30s\"").await?;
+    let mut first = TcpStream::connect(server.addr()).await?;
+    first
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await?;
+    let mut buf = vec![0u8; 1024];
+    let n = first.read(&mut buf).await?;
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    // The second connection is accepted by the kernel but not served yet.
+    let mut second = TcpStream::connect(server.addr()).await?;
+    second
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await?;
+    let early = read_until_close(&mut second, Duration::from_millis(300)).await;
+    assert_eq!(early, "");
+    drop(first);
+    let later = read_until_close(&mut second, Duration::from_secs(5)).await;
+    assert!(later.starts_with("HTTP/1.1 200"), "{later}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn shutdown_lets_in_flight_responses_finish_and_stops_accepting() -> Result<()> {
+    let (_site, server) = server_with("drain_timeout = \"10s\"").await?;
+    let addr = server.addr();
+    let mut stream = TcpStream::connect(addr).await?;
+    stream
+        .write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await?;
+    // Read a little so the response is in flight, then stop the server.
+    let mut head = vec![0u8; 1024];
+    let n = stream.read(&mut head).await?;
+    assert!(String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"));
+    let reader = tokio::spawn(async move {
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest).await;
+        n + rest.len()
+    });
+    let stopping = tokio::spawn(server.stop());
+    let total = tokio::time::timeout(Duration::from_secs(20), reader).await??;
+    assert!(total > 4 << 20, "response was cut short: {total} bytes");
+    tokio::time::timeout(Duration::from_secs(20), stopping).await???;
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "still accepting after shutdown"
+    );
+    Ok(())
+}

@@ -1,0 +1,406 @@
+//! Static files: headers, conditional requests, ranges, compression,
+//! folders, 404s and path safety.
+
+use std::io::Read;
+use std::time::Duration;
+
+use anyhow::Result;
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use swan_tests::{TestServer, TestSite};
+
+const BODY: &str = "0123456789abcdefghijklmnopqrstuvwxyz";
+
+async fn server() -> Result<(TestSite, TestServer)> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "<h1>home</h1>")?;
+    site.file("www/plain.txt", BODY)?;
+    site.file("www/docs/index.html", "<h1>docs</h1>")?;
+    site.file("www/docs/page.css", "body { color: red }")?;
+    site.file(
+        "www/big.html",
+        "<p>compress me, compress me, compress me</p>\n".repeat(200),
+    )?;
+    site.file("www/pre.js", "console.log('identity');\n".repeat(40))?;
+    site.file("www/pre.js.gz", "precompressed-gzip-marker")?;
+    site.file("www/.env", "SECRET=1")?;
+    site.file("www/.git/config", "[core]")?;
+    site.file("www/data.bin", vec![7u8; 3000])?;
+    site.file(
+        "www/large.dat",
+        (0..200_000u32)
+            .map(|i| (i % 251) as u8)
+            .collect::<Vec<u8>>(),
+    )?;
+    site.file("outside.txt", "outside the root")?;
+    std::os::unix::fs::symlink(
+        site.path().join("outside.txt"),
+        site.path().join("www/escape.txt"),
+    )?;
+    std::os::unix::fs::symlink(
+        site.path().join("www/plain.txt"),
+        site.path().join("www/alias.txt"),
+    )?;
+    let config = site.config(
+        "[[site]]\nroot = \"www\"\ncache_control = \"public, max-age=60\"\n[site.cache]\nmax_file_size = \"64 KiB\"\n",
+    )?;
+    let server = TestServer::start(config).await?;
+    Ok((site, server))
+}
+
+#[tokio::test]
+async fn serves_files_with_complete_precomputed_headers() -> Result<()> {
+    let (_site, server) = server().await?;
+    let r = server.get("/plain.txt").await?;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.text(), BODY);
+    assert_eq!(r.header("content-type"), "text/plain; charset=utf-8");
+    assert_eq!(r.header("content-length"), BODY.len().to_string());
+    assert_eq!(r.header("accept-ranges"), "bytes");
+    assert_eq!(r.header("cache-control"), "public, max-age=60");
+    assert_eq!(r.header("server"), "swan");
+    assert!(r.header("etag").starts_with('"'), "{:?}", r.headers);
+    assert!(httpdate::parse_http_date(r.header("last-modified")).is_ok());
+    assert!(httpdate::parse_http_date(r.header("date")).is_ok());
+    let css = server.get("/docs/page.css").await?;
+    assert_eq!(css.header("content-type"), "text/css; charset=utf-8");
+    let bin = server.get("/data.bin").await?;
+    assert_eq!(bin.header("content-type"), "application/octet-stream");
+    assert_eq!(bin.body.len(), 3000);
+    Ok(())
+}
+
+#[tokio::test]
+async fn head_answers_headers_without_a_body() -> Result<()> {
+    let (_site, server) = server().await?;
+    let r = server
+        .send(Request::head(server.url("/plain.txt")).body(Full::default())?)
+        .await?;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("content-length"), BODY.len().to_string());
+    assert!(r.body.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn other_methods_get_405_with_allow() -> Result<()> {
+    let (_site, server) = server().await?;
+    for method in ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"] {
+        let r = server
+            .send(
+                Request::builder()
+                    .method(method)
+                    .uri(server.url("/plain.txt"))
+                    .body(Full::new(Bytes::from_static(b"x")))?,
+            )
+            .await?;
+        assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED, "{method}");
+        assert_eq!(r.header("allow"), "GET, HEAD");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn if_none_match_gives_304_with_weak_comparison_lists_and_star() -> Result<()> {
+    let (_site, server) = server().await?;
+    let etag = server.get("/plain.txt").await?.header("etag").to_owned();
+    let weak = format!("W/{etag}");
+    let list = format!("\"nope\", {etag}");
+    for value in [etag.as_str(), weak.as_str(), list.as_str(), "*"] {
+        let r = server
+            .get_with("/plain.txt", &[("if-none-match", value)])
+            .await?;
+        assert_eq!(r.status, StatusCode::NOT_MODIFIED, "{value}");
+        assert!(r.body.is_empty());
+        assert_eq!(r.header("etag"), etag);
+        assert_eq!(r.header("cache-control"), "public, max-age=60");
+    }
+    let r = server
+        .get_with("/plain.txt", &[("if-none-match", "\"other\"")])
+        .await?;
+    assert_eq!(r.status, StatusCode::OK);
+    Ok(())
+}
+
+#[tokio::test]
+async fn if_modified_since_gives_304_and_if_none_match_wins() -> Result<()> {
+    let (_site, server) = server().await?;
+    let first = server.get("/plain.txt").await?;
+    let lm = first.header("last-modified").to_owned();
+    let r = server
+        .get_with("/plain.txt", &[("if-modified-since", &lm)])
+        .await?;
+    assert_eq!(r.status, StatusCode::NOT_MODIFIED);
+    let old = "Mon, 01 Jan 2001 00:00:00 GMT";
+    let r = server
+        .get_with("/plain.txt", &[("if-modified-since", old)])
+        .await?;
+    assert_eq!(r.status, StatusCode::OK);
+    // A mismatching If-None-Match wins over a matching If-Modified-Since.
+    let r = server
+        .get_with(
+            "/plain.txt",
+            &[("if-none-match", "\"other\""), ("if-modified-since", &lm)],
+        )
+        .await?;
+    assert_eq!(r.status, StatusCode::OK);
+    Ok(())
+}
+
+#[tokio::test]
+async fn single_ranges_give_206_with_content_range() -> Result<()> {
+    let (_site, server) = server().await?;
+    let len = BODY.len();
+    for (range, want, content_range) in [
+        ("bytes=0-3", &BODY[0..4], format!("bytes 0-3/{len}")),
+        (
+            "bytes=30-",
+            &BODY[30..],
+            format!("bytes 30-{}/{len}", len - 1),
+        ),
+        (
+            "bytes=-5",
+            &BODY[len - 5..],
+            format!("bytes {}-{}/{len}", len - 5, len - 1),
+        ),
+        (
+            "bytes=10-1000",
+            &BODY[10..],
+            format!("bytes 10-{}/{len}", len - 1),
+        ),
+    ] {
+        let r = server.get_with("/plain.txt", &[("range", range)]).await?;
+        assert_eq!(r.status, StatusCode::PARTIAL_CONTENT, "{range}");
+        assert_eq!(r.text(), want, "{range}");
+        assert_eq!(r.header("content-range"), content_range);
+        assert_eq!(r.header("content-length"), want.len().to_string());
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn unsatisfiable_ranges_give_416_and_odd_ones_the_full_body() -> Result<()> {
+    let (_site, server) = server().await?;
+    let len = BODY.len();
+    for range in [
+        format!("bytes={len}-"),
+        "bytes=-0".to_owned(),
+        "bytes=9999-10000".to_owned(),
+    ] {
+        let r = server.get_with("/plain.txt", &[("range", &range)]).await?;
+        assert_eq!(r.status, StatusCode::RANGE_NOT_SATISFIABLE, "{range}");
+        assert_eq!(r.header("content-range"), format!("bytes */{len}"));
+    }
+    // Multiple ranges, other units and malformed specs: the whole body.
+    for range in ["bytes=0-1,4-5", "items=0-1", "bytes=5-2", "bytes=x-y"] {
+        let r = server.get_with("/plain.txt", &[("range", range)]).await?;
+        assert_eq!(r.status, StatusCode::OK, "{range}");
+        assert_eq!(r.text(), BODY);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn if_range_with_a_stale_validator_gives_the_full_body() -> Result<()> {
+    let (_site, server) = server().await?;
+    let first = server.get("/plain.txt").await?;
+    let etag = first.header("etag").to_owned();
+    let lm = first.header("last-modified").to_owned();
+    let r = server
+        .get_with("/plain.txt", &[("range", "bytes=0-1"), ("if-range", &etag)])
+        .await?;
+    assert_eq!(r.status, StatusCode::PARTIAL_CONTENT);
+    let r = server
+        .get_with("/plain.txt", &[("range", "bytes=0-1"), ("if-range", &lm)])
+        .await?;
+    assert_eq!(r.status, StatusCode::PARTIAL_CONTENT);
+    for stale in [
+        "\"stale\"",
+        "Mon, 01 Jan 2001 00:00:00 GMT",
+        &format!("W/{etag}"),
+    ] {
+        let r = server
+            .get_with("/plain.txt", &[("range", "bytes=0-1"), ("if-range", stale)])
+            .await?;
+        assert_eq!(r.status, StatusCode::OK, "{stale}");
+        assert_eq!(r.text(), BODY);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn compressible_files_are_served_compressed_to_clients_that_accept_it() -> Result<()> {
+    let (_site, server) = server().await?;
+    let plain = server.get("/big.html").await?;
+    assert_eq!(plain.header("content-encoding"), "");
+    assert_eq!(plain.header("vary"), "accept-encoding");
+
+    let br = server
+        .get_with("/big.html", &[("accept-encoding", "gzip, br")])
+        .await?;
+    assert_eq!(br.header("content-encoding"), "br");
+    assert_eq!(br.header("vary"), "accept-encoding");
+    assert_ne!(br.header("etag"), plain.header("etag"));
+    let mut out = Vec::new();
+    brotli::BrotliDecompress(&mut &br.body[..], &mut out)?;
+    assert_eq!(out, plain.body);
+
+    let gz = server
+        .get_with("/big.html", &[("accept-encoding", "gzip")])
+        .await?;
+    assert_eq!(gz.header("content-encoding"), "gzip");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz.body[..]).read_to_string(&mut text)?;
+    assert_eq!(text.as_bytes(), &plain.body[..]);
+    assert!(gz.body.len() < plain.body.len() / 4);
+
+    // q=0 refuses a coding.
+    let r = server
+        .get_with("/big.html", &[("accept-encoding", "br;q=0, gzip;q=0")])
+        .await?;
+    assert_eq!(r.header("content-encoding"), "");
+    // Small files are not compressed and carry no Vary.
+    let small = server
+        .get_with("/plain.txt", &[("accept-encoding", "br, gzip")])
+        .await?;
+    assert_eq!(small.header("content-encoding"), "");
+    assert_eq!(small.header("vary"), "");
+    // 304 for a compressed variant carries its own ETag.
+    let r = server
+        .get_with(
+            "/big.html",
+            &[
+                ("accept-encoding", "br"),
+                ("if-none-match", br.header("etag")),
+            ],
+        )
+        .await?;
+    assert_eq!(r.status, StatusCode::NOT_MODIFIED);
+    Ok(())
+}
+
+#[tokio::test]
+async fn precompressed_siblings_are_preferred_and_ranges_use_identity() -> Result<()> {
+    let (_site, server) = server().await?;
+    let gz = server
+        .get_with("/pre.js", &[("accept-encoding", "gzip")])
+        .await?;
+    assert_eq!(gz.header("content-encoding"), "gzip");
+    assert_eq!(gz.text(), "precompressed-gzip-marker");
+    let ranged = server
+        .get_with(
+            "/pre.js",
+            &[("accept-encoding", "gzip"), ("range", "bytes=0-6")],
+        )
+        .await?;
+    assert_eq!(ranged.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(ranged.header("content-encoding"), "");
+    assert_eq!(ranged.text(), "console");
+    Ok(())
+}
+
+#[tokio::test]
+async fn folders_serve_index_and_redirect_without_slash() -> Result<()> {
+    let (_site, server) = server().await?;
+    assert_eq!(server.get("/").await?.text(), "<h1>home</h1>");
+    assert_eq!(server.get("/docs/").await?.text(), "<h1>docs</h1>");
+    let r = server.get("/docs?x=1&y=2").await?;
+    assert_eq!(r.status, StatusCode::MOVED_PERMANENTLY);
+    assert_eq!(r.header("location"), "/docs/?x=1&y=2");
+    let r = server.get("/docs").await?;
+    assert_eq!(r.header("location"), "/docs/");
+    Ok(())
+}
+
+#[tokio::test]
+async fn missing_files_get_404_and_the_sites_own_page_when_present() -> Result<()> {
+    let (site, server) = server().await?;
+    let r = server.get("/nope.html").await?;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert!(r.text().contains("404 Not Found"));
+    assert_eq!(r.header("content-type"), "text/html; charset=utf-8");
+    drop(server);
+    site.file("www/404.html", "<h1>custom missing page</h1>")?;
+    let config = site.config("[[site]]\nroot = \"www\"\n")?;
+    let server = TestServer::start(config).await?;
+    let r = server.get("/nope").await?;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.text(), "<h1>custom missing page</h1>");
+    assert_eq!(r.header("etag"), "");
+    Ok(())
+}
+
+#[tokio::test]
+async fn dotfiles_and_dot_folders_are_never_served() -> Result<()> {
+    let (_site, server) = server().await?;
+    for path in ["/.env", "/.git/config", "/%2eenv", "/docs/../.env"] {
+        let r = server
+            .raw(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+                Duration::from_secs(5),
+            )
+            .await?;
+        assert!(r.starts_with("HTTP/1.1 404"), "{path}: {r}");
+        assert!(!r.contains("SECRET") && !r.contains("[core]"), "{path}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn paths_that_leave_the_root_never_serve_anything_outside_it() -> Result<()> {
+    let (_site, server) = server().await?;
+    for (path, status) in [
+        ("/../outside.txt", "400"),
+        ("/docs/../../outside.txt", "400"),
+        ("/%2e%2e/outside.txt", "400"),
+        ("/docs%2f..%2f..%2foutside.txt", "400"),
+        ("/..%5coutside.txt", "400"),
+        ("/a\\..\\outside.txt", "400"),
+        ("/plain.txt%00.html", "400"),
+        ("/escape.txt", "404"),
+    ] {
+        let r = server
+            .raw(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+                Duration::from_secs(5),
+            )
+            .await?;
+        assert!(r.starts_with(&format!("HTTP/1.1 {status}")), "{path}: {r}");
+        assert!(!r.contains("outside the root"), "{path}");
+    }
+    // A link that stays inside the root is followed.
+    assert_eq!(server.get("/alias.txt").await?.text(), BODY);
+    Ok(())
+}
+
+#[tokio::test]
+async fn large_files_stream_from_disk_with_ranges() -> Result<()> {
+    let (_site, server) = server().await?;
+    let want: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let r = server.get("/large.dat").await?;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("content-length"), "200000");
+    assert_eq!(&r.body[..], &want[..]);
+    let r = server
+        .get_with("/large.dat", &[("range", "bytes=100000-100009")])
+        .await?;
+    assert_eq!(r.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(&r.body[..], &want[100_000..100_010]);
+    let etag = r.header("etag").to_owned();
+    let r = server
+        .get_with("/large.dat", &[("if-none-match", &etag)])
+        .await?;
+    assert_eq!(r.status, StatusCode::NOT_MODIFIED);
+    let stats = server
+        .app()
+        .sites
+        .load()
+        .iter()
+        .next()
+        .map(|s| s.cache.stats())
+        .unwrap_or_default();
+    assert_eq!(stats.streamed_files, 1);
+    Ok(())
+}
