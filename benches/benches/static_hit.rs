@@ -22,7 +22,7 @@ fn site() -> (tempfile::TempDir, swan::Sites) {
     let toml = "[[site]]\nroot = \".\"\n";
     let config =
         swan::Config::parse(toml, &dir.path().join("swan.toml"), dir.path()).expect("config");
-    let sites = swan::Sites::load(&config).expect("load");
+    let sites = swan::Sites::load(&config, None).expect("load");
     (dir, sites)
 }
 

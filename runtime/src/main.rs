@@ -96,7 +96,7 @@ fn init_tracing() {
 
 fn serve(config: Config) -> anyhow::Result<()> {
     let started = Instant::now();
-    let sites = Sites::load(&config).context("cannot load the sites")?;
+    let app = App::load(&config).context("cannot load the sites")?;
     let per_addr = match config.server.runtime {
         RuntimeModel::PerCore => config.server.workers,
         RuntimeModel::Shared => 1,
@@ -113,8 +113,8 @@ fn serve(config: Config) -> anyhow::Result<()> {
         .iter()
         .filter_map(|g| g.first().and_then(|s| s.local_addr().ok()))
         .collect();
-    print_banner(&config, &sites, &bound, started);
-    let app = Arc::new(App::new(config.server.clone(), sites));
+    print_banner(&config, &app.sites.load(), &bound, started);
+    let app = Arc::new(app);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -142,14 +142,16 @@ async fn shutdown_signal() {
 fn print_banner(config: &Config, sites: &Sites, bound: &[std::net::SocketAddr], started: Instant) {
     let mut files = 0;
     let mut bytes = 0;
+    let mut servlets = 0;
     for site in sites.iter() {
         let s = site.cache.stats();
         files += s.cached_files + s.streamed_files;
         bytes += s.cached_bytes;
+        servlets += site.routes.iter().count();
     }
     let urls: Vec<String> = bound.iter().map(|a| format!("http://{a}/")).collect();
     println!(
-        "swan {} ready in {} ms: {} ({} workers, {} runtime); {} site{}, {files} files, {} cached",
+        "swan {} ready in {} ms: {} ({} workers, {} runtime); {} site{}, {files} files, {} cached, {servlets} servlets",
         env!("CARGO_PKG_VERSION"),
         started.elapsed().as_millis(),
         urls.join(" "),
@@ -162,7 +164,8 @@ fn print_banner(config: &Config, sites: &Sites, bound: &[std::net::SocketAddr], 
 }
 
 fn check(config: &Config) -> anyhow::Result<()> {
-    let sites = Sites::load(config).context("cannot load the sites")?;
+    let app = App::load(config).context("cannot load the sites")?;
+    let sites = app.sites.load();
     let s = &config.server;
     match &config.file {
         Some(f) => println!("configuration: {} (valid)", f.display()),
@@ -187,6 +190,8 @@ fn check(config: &Config) -> anyhow::Result<()> {
     println!("  header_read_timeout {:?}", s.header_read_timeout);
     println!("  keepalive_timeout   {:?}", s.keepalive_timeout);
     println!("  drain_timeout       {:?}", s.drain_timeout);
+    println!("  max_instances       {}", s.max_instances);
+    let mut problems = 0;
     for site in sites.iter() {
         let c = &site.config;
         let stats = site.cache.stats();
@@ -214,6 +219,32 @@ fn check(config: &Config) -> anyhow::Result<()> {
         if let Some(cc) = &c.cache_control {
             println!("  cache_control {cc}");
         }
+        for route in site.routes.iter() {
+            let info = route.servlet.info();
+            let l = &info.limits;
+            println!(
+                "  servlet {:<16} {} ({:?}): memory {}, timeout {:?}, body {}, response {}, concurrency {}, reuse {}",
+                route.path.to_string(),
+                info.file.display(),
+                route.origin,
+                human_bytes(l.max_memory),
+                l.timeout,
+                human_bytes(l.max_body_bytes),
+                human_bytes(l.max_response_bytes),
+                l.max_concurrency,
+                l.reuse,
+            );
+        }
+        for refused in &site.refused {
+            problems += 1;
+            eprintln!("error: servlet refused: {}", refused.error);
+        }
+    }
+    if problems > 0 {
+        anyhow::bail!(
+            "{problems} servlet{} could not be loaded",
+            if problems == 1 { "" } else { "s" }
+        );
     }
     Ok(())
 }

@@ -68,3 +68,23 @@ pub fn timeout() -> Response<Body> {
 pub fn internal_error() -> Response<Body> {
     simple(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error")
 }
+
+/// 408 when a request body did not arrive in time.
+pub fn request_timeout() -> Response<Body> {
+    let mut res = simple(StatusCode::REQUEST_TIMEOUT, "Request Timeout");
+    res.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    res
+}
+
+/// The one mapping from servlet failures to responses: 503 with
+/// `Retry-After` when no instance is free, 504 at the deadline, a plain 500
+/// for everything else. Details are in the log, never in the response.
+pub fn servlet_error(e: &crate::servlet::ServletError) -> Response<Body> {
+    use crate::servlet::ServletError;
+    match e {
+        ServletError::Busy => unavailable(Duration::from_secs(1)),
+        ServletError::Timeout => timeout(),
+        ServletError::Fault(_) => internal_error(),
+    }
+}

@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::{Config, SiteConfig};
+use crate::engine::Engine;
+use crate::servlet::{Refused, Routes};
 use crate::static_files::{LoadError, SiteCache};
 
 /// Longest host name looked up; longer ones go to the default site.
@@ -16,14 +18,48 @@ pub struct Site {
     pub config: SiteConfig,
     /// Static files.
     pub cache: SiteCache,
+    /// Servlet routes.
+    pub routes: Routes,
+    /// Servlets that could not be loaded, with the reason.
+    pub refused: Vec<Refused>,
 }
 
 impl Site {
-    /// Loads a site's files.
-    pub fn load(config: &SiteConfig) -> Result<Site, LoadError> {
+    /// Loads a site's files and servlets. Servlets that cannot load are
+    /// kept in `refused` with the reason; the rest of the site serves.
+    pub fn load(config: &SiteConfig, engine: Option<&Arc<Engine>>) -> Result<Site, LoadError> {
+        let cache = SiteCache::load(config)?;
+        let (routes, refused) = match engine {
+            Some(engine) => Routes::load(engine, config),
+            None => (Routes::default(), Vec::new()),
+        };
+        for r in &refused {
+            tracing::error!(site = %config.name, "servlet refused: {}", r.error);
+        }
+        for route in routes.iter() {
+            let shadowed = cache
+                .paths()
+                .into_iter()
+                .filter(|p| {
+                    routes
+                        .find(p)
+                        .is_some_and(|(s, _)| Arc::ptr_eq(s, &route.servlet))
+                })
+                .count();
+            if shadowed > 0 {
+                tracing::warn!(
+                    site = %config.name,
+                    route = %route.path,
+                    shadowed,
+                    "servlet route shadows static files under the same path"
+                );
+            }
+        }
         Ok(Site {
             config: config.clone(),
-            cache: SiteCache::load(config)?,
+            cache,
+            routes,
+            refused,
         })
     }
 }
@@ -37,12 +73,13 @@ pub struct Sites {
 }
 
 impl Sites {
-    /// Loads every site of a configuration.
-    pub fn load(config: &Config) -> Result<Sites, LoadError> {
+    /// Loads every site of a configuration; `engine` runs the servlets
+    /// (`None`: static files only).
+    pub fn load(config: &Config, engine: Option<&Arc<Engine>>) -> Result<Sites, LoadError> {
         let sites = config
             .sites
             .iter()
-            .map(|s| Site::load(s).map(Arc::new))
+            .map(|s| Site::load(s, engine).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Sites::new(sites))
     }

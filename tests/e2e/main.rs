@@ -3,5 +3,6 @@
 
 mod config_ui;
 mod http;
+mod servlets;
 mod static_files;
 mod vhosts;

@@ -105,8 +105,7 @@ impl TestServer {
     /// Loads `config` and serves it on 127.0.0.1:0.
     pub async fn start(mut config: swan::Config) -> Result<TestServer> {
         config.server.listen = vec![SocketAddr::from(([127, 0, 0, 1], 0))];
-        let sites = swan::Sites::load(&config).context("load sites")?;
-        let app = Arc::new(swan::App::new(config.server.clone(), sites));
+        let app = Arc::new(swan::App::load(&config).context("load app")?);
         let listeners = swan::bind(&config.server.listen, 1).context("bind")?;
         let addr = listeners[0][0].local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();

@@ -40,6 +40,26 @@ pub const DEFAULT_CACHE_MAX_FILE_SIZE: u64 = 1 << 20;
 /// Memory all cached bodies of a site may use, compressed variants included.
 pub const DEFAULT_CACHE_BUDGET: u64 = 256 << 20;
 
+/// Servlet instances that may exist at once in the whole process (running,
+/// pre-instantiated or kept for reuse); sizes the pooling allocator.
+pub const DEFAULT_MAX_INSTANCES: u64 = 1000;
+/// Linear memory a servlet instance may use.
+pub const DEFAULT_SERVLET_MAX_MEMORY: u64 = 64 << 20;
+/// Time a servlet may run for one request before it is stopped (504).
+pub const DEFAULT_SERVLET_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest response body a servlet may produce.
+pub const DEFAULT_SERVLET_MAX_RESPONSE_BYTES: u64 = 16 << 20;
+/// Largest request body passed to a servlet.
+pub const DEFAULT_SERVLET_MAX_BODY_BYTES: u64 = 1 << 20;
+/// Requests one servlet may run at once.
+pub const DEFAULT_SERVLET_MAX_CONCURRENCY: u64 = 64;
+/// Time a request waits for a free instance before 503.
+pub const DEFAULT_SERVLET_QUEUE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Instances of each servlet kept instantiated ahead of requests.
+pub const DEFAULT_SERVLET_PREWARM: u64 = 4;
+/// Largest linear memory a servlet may be allowed (wasm32's 4 GiB).
+const MAX_SERVLET_MEMORY: u64 = 4 << 30;
+
 /// Smallest `max_header_bytes` accepted: hyper reads heads into a buffer of
 /// at least 8 KiB.
 const MIN_MAX_HEADER_BYTES: u64 = 8 << 10;
@@ -98,6 +118,103 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Time in-flight requests get after a shutdown signal. Default: 10 s.
     pub drain_timeout: Duration,
+    /// Servlet instances that may exist at once. Default: 1000.
+    pub max_instances: u32,
+}
+
+/// Limits and behaviour of a servlet (`[site.servlet]` defaults, or a
+/// `[[site.route]]`'s own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServletLimits {
+    /// Largest linear memory, in bytes. Default: 64 MiB.
+    pub max_memory: u64,
+    /// Run time allowed per request; past it the servlet is stopped and the
+    /// client gets 504. Default: 5 s.
+    pub timeout: Duration,
+    /// Largest response body, in bytes. Default: 16 MiB.
+    pub max_response_bytes: u64,
+    /// Largest request body, in bytes. Default: 1 MiB.
+    pub max_body_bytes: u64,
+    /// Requests running at once. Default: 64.
+    pub max_concurrency: u32,
+    /// Wait for a free instance before answering 503. Default: 1 s.
+    pub queue_timeout: Duration,
+    /// Requests one instance may serve; 1 means a fresh instance for every
+    /// request (nothing leaks between requests). Default: 1.
+    pub reuse: u32,
+    /// Instances kept instantiated ahead of requests. Default: 4.
+    pub prewarm: u32,
+}
+
+impl Default for ServletLimits {
+    fn default() -> Self {
+        ServletLimits {
+            max_memory: DEFAULT_SERVLET_MAX_MEMORY,
+            timeout: DEFAULT_SERVLET_TIMEOUT,
+            max_response_bytes: DEFAULT_SERVLET_MAX_RESPONSE_BYTES,
+            max_body_bytes: DEFAULT_SERVLET_MAX_BODY_BYTES,
+            max_concurrency: DEFAULT_SERVLET_MAX_CONCURRENCY as u32,
+            queue_timeout: DEFAULT_SERVLET_QUEUE_TIMEOUT,
+            reuse: 1,
+            prewarm: DEFAULT_SERVLET_PREWARM as u32,
+        }
+    }
+}
+
+/// Which request paths a route answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoutePath {
+    /// Exactly this path.
+    Exact(String),
+    /// This prefix (without the trailing `/*`): the prefix itself and every
+    /// path below `prefix/`.
+    Prefix(String),
+}
+
+impl RoutePath {
+    /// Parses `/x` or `/x/*`.
+    pub fn parse(s: &str) -> Result<RoutePath, String> {
+        if !s.starts_with('/') {
+            return Err(format!("{s:?} does not start with `/`"));
+        }
+        let (base, prefix) = match s.strip_suffix("/*") {
+            Some(b) => (b, true),
+            None => (s, false),
+        };
+        if base.contains('*') {
+            return Err(format!("{s:?}: `*` may only end a path, as in \"/api/*\""));
+        }
+        if base.contains("//") || base.split('/').any(|seg| seg == "." || seg == "..") {
+            return Err(format!("{s:?} is not a normalised path"));
+        }
+        Ok(if prefix {
+            RoutePath::Prefix(base.trim_end_matches('/').to_owned())
+        } else {
+            RoutePath::Exact(s.to_owned())
+        })
+    }
+}
+
+impl std::fmt::Display for RoutePath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RoutePath::Exact(p) => f.write_str(p),
+            RoutePath::Prefix(p) => write!(f, "{p}/*"),
+        }
+    }
+}
+
+/// `[[site.route]]`: an explicit servlet route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteConfig {
+    /// Paths answered.
+    pub path: RoutePath,
+    /// The `.wasm` file.
+    pub servlet: PathBuf,
+    /// Limits (the site's defaults, overridden by the route's own keys).
+    pub limits: ServletLimits,
+    /// Static settings the servlet can read (also its environment).
+    pub settings: Vec<(String, String)>,
 }
 
 /// `[[site]]`: one virtual host.
@@ -117,6 +234,11 @@ pub struct SiteConfig {
     pub cache: CacheConfig,
     /// `Cache-Control` sent with static files, if any.
     pub cache_control: Option<String>,
+    /// Limits of the site's servlets, unless a route says otherwise.
+    pub servlet_limits: ServletLimits,
+    /// Explicit servlet routes; they take precedence over the folder
+    /// convention.
+    pub routes: Vec<RouteConfig>,
 }
 
 /// `[site.cache]`: what is kept in memory.
@@ -202,6 +324,8 @@ impl Config {
                 servlets: None,
                 cache: CacheConfig::default(),
                 cache_control: None,
+                servlet_limits: ServletLimits::default(),
+                routes: Vec::new(),
             }],
         }
     }
@@ -433,6 +557,7 @@ impl ServerConfig {
         "keepalive_timeout",
         "max_connections",
         "drain_timeout",
+        "max_instances",
     ];
 
     /// Built-in defaults.
@@ -451,6 +576,7 @@ impl ServerConfig {
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS as usize,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            max_instances: DEFAULT_MAX_INSTANCES as u32,
         }
     }
 
@@ -544,7 +670,174 @@ impl ServerConfig {
                 s.max_connections = *n.get_ref() as usize;
             }
         }
+        if let Some(n) = t.uint(diag, "max_instances", 100_000) {
+            if *n.get_ref() == 0 {
+                diag.error(
+                    n.span(),
+                    "server.max_instances",
+                    "0 instances would run no servlet",
+                    Some(format!(
+                        "use a positive number; the default is {DEFAULT_MAX_INSTANCES}"
+                    )),
+                );
+            } else {
+                s.max_instances = *n.get_ref() as u32;
+            }
+        }
         s
+    }
+}
+
+impl ServletLimits {
+    const KEYS: &'static [&'static str] = &[
+        "max_memory",
+        "timeout",
+        "max_response_bytes",
+        "max_body_bytes",
+        "max_concurrency",
+        "queue_timeout",
+        "reuse",
+        "prewarm",
+    ];
+
+    /// Reads the limit keys present in `t` over `base`.
+    fn read(
+        t: &mut TableReader<'_, '_>,
+        diag: &mut Diagnostics<'_>,
+        base: &ServletLimits,
+    ) -> ServletLimits {
+        let mut l = base.clone();
+        if let Some(n) = t.size(diag, "max_memory") {
+            let v = *n.get_ref();
+            if !(64 << 10..=MAX_SERVLET_MEMORY).contains(&v) {
+                diag.error(
+                    n.span(),
+                    &t.key_path("max_memory"),
+                    format!("{v} bytes is out of range"),
+                    Some("use a size from 64 KiB (one wasm page) to 4 GiB".to_owned()),
+                );
+            } else {
+                l.max_memory = v;
+            }
+        }
+        for (key, slot) in [
+            ("timeout", &mut l.timeout),
+            ("queue_timeout", &mut l.queue_timeout),
+        ] {
+            if let Some(d) = t.duration(diag, key) {
+                if d.get_ref().is_zero() {
+                    diag.error(
+                        d.span(),
+                        &t.key_path(key),
+                        "a zero duration would fail every request",
+                        Some("use a positive duration such as \"5s\"".to_owned()),
+                    );
+                } else {
+                    *slot = *d.get_ref();
+                }
+            }
+        }
+        if let Some(n) = t.size(diag, "max_response_bytes") {
+            l.max_response_bytes = *n.get_ref();
+        }
+        if let Some(n) = t.size(diag, "max_body_bytes") {
+            l.max_body_bytes = *n.get_ref();
+        }
+        for (key, slot, min) in [
+            ("max_concurrency", &mut l.max_concurrency, 1),
+            ("reuse", &mut l.reuse, 1),
+            ("prewarm", &mut l.prewarm, 0),
+        ] {
+            if let Some(n) = t.uint(diag, key, 1_000_000) {
+                if *n.get_ref() < min {
+                    diag.error(
+                        n.span(),
+                        &t.key_path(key),
+                        format!("must be at least {min}"),
+                        Some(match key {
+                            "reuse" => "1 means a fresh instance for every request".to_owned(),
+                            _ => format!("use a number of {min} or more"),
+                        }),
+                    );
+                } else {
+                    *slot = *n.get_ref() as u32;
+                }
+            }
+        }
+        l
+    }
+}
+
+impl RouteConfig {
+    fn read(
+        t: &mut TableReader<'_, '_>,
+        diag: &mut Diagnostics<'_>,
+        base: &Path,
+        defaults: &ServletLimits,
+    ) -> Option<RouteConfig> {
+        let path = match t.string(diag, "path") {
+            Some(p) => match RoutePath::parse(p.get_ref()) {
+                Ok(path) => Some(path),
+                Err(message) => {
+                    diag.error(
+                        p.span(),
+                        &t.key_path("path"),
+                        message,
+                        Some("use an exact path (\"/login\") or a prefix (\"/api/*\")".to_owned()),
+                    );
+                    None
+                }
+            },
+            None => {
+                diag.error(
+                    t.span(),
+                    &t.key_path("path"),
+                    "missing key `path`",
+                    Some("every route needs `path = \"/api/*\"` (or an exact path)".to_owned()),
+                );
+                None
+            }
+        };
+        let servlet = match t.string(diag, "servlet") {
+            Some(s) => {
+                let file = base.join(s.get_ref());
+                if file.extension().is_none_or(|e| e != "wasm") || !file.is_file() {
+                    diag.error(
+                        s.span(),
+                        &t.key_path("servlet"),
+                        format!("{} is not a .wasm file", file.display()),
+                        Some("point `servlet` at a compiled module, relative to the config file's folder".to_owned()),
+                    );
+                }
+                Some(file)
+            }
+            None => {
+                diag.error(
+                    t.span(),
+                    &t.key_path("servlet"),
+                    "missing key `servlet`",
+                    Some("every route needs `servlet = \"servlets/api.wasm\"`".to_owned()),
+                );
+                None
+            }
+        };
+        let limits = ServletLimits::read(t, diag, defaults);
+        let mut settings = Vec::new();
+        if let Some(mut s) = t.table(diag, "settings") {
+            let keys: Vec<String> = s.keys().map(str::to_owned).collect();
+            for key in &keys {
+                if let Some(v) = s.string(diag, key) {
+                    settings.push((key.clone(), v.into_inner()));
+                }
+            }
+            s.finish(diag, &[]);
+        }
+        Some(RouteConfig {
+            path: path?,
+            servlet: servlet?,
+            limits,
+            settings,
+        })
     }
 }
 
@@ -557,6 +850,8 @@ impl SiteConfig {
         "servlets",
         "cache",
         "cache_control",
+        "servlet",
+        "route",
     ];
 
     fn read(
@@ -669,6 +964,23 @@ impl SiteConfig {
                 None
             }
         });
+        let servlet_limits = match t.table(diag, "servlet") {
+            Some(mut s) => {
+                let limits = ServletLimits::read(&mut s, diag, &ServletLimits::default());
+                s.finish(diag, ServletLimits::KEYS);
+                limits
+            }
+            None => ServletLimits::default(),
+        };
+        let mut routes = Vec::new();
+        for mut r in t.tables(diag, "route") {
+            if let Some(route) = RouteConfig::read(&mut r, diag, base, &servlet_limits) {
+                routes.push(route);
+            }
+            let mut known = vec!["path", "servlet", "settings"];
+            known.extend_from_slice(ServletLimits::KEYS);
+            r.finish(diag, &known);
+        }
         Some(SiteConfig {
             name,
             hosts,
@@ -677,6 +989,8 @@ impl SiteConfig {
             servlets,
             cache,
             cache_control,
+            servlet_limits,
+            routes,
         })
     }
 }

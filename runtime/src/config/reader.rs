@@ -114,6 +114,11 @@ impl<'a, 'i> TableReader<'a, 'i> {
         }
     }
 
+    /// The keys present, in file order.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.entries.iter().map(|(k, ..)| *k)
+    }
+
     /// Span of the table, for problems about a missing key.
     pub(crate) fn span(&self) -> Range<usize> {
         self.span.clone()

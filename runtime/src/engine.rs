@@ -1,0 +1,164 @@
+//! The one wasmtime engine of the process: Cranelift, the pooling allocator
+//! with copy-on-write memory images, async support (servlets run on fibers
+//! and yield to the reactor), epoch interruption driven by a ticker thread,
+//! and a small runtime thread that pre-instantiates servlets off the
+//! request path.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use wasmtime::{Enabled, InstanceAllocationStrategy, Linker, PoolingAllocationConfig};
+
+use crate::config::ServerConfig;
+use crate::servlet::host::Host;
+
+/// How often the epoch advances. A running servlet yields to other tasks
+/// on its worker at every tick, and its deadline is counted in ticks.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Bytes at the start of each linear memory slot kept mapped between
+/// instances. With `PAGEMAP_SCAN` only the pages an instance dirtied are
+/// reset, so a warm slot costs neither an `madvise` (and its TLB shootdown)
+/// nor page faults on the next instance.
+const MEMORY_KEEP_RESIDENT: usize = 2 << 20;
+/// Same for tables and async stacks.
+const TABLE_KEEP_RESIDENT: usize = 64 << 10;
+const STACK_KEEP_RESIDENT: usize = 128 << 10;
+
+/// The engine could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// wasmtime refused the configuration (for example, not enough address
+    /// space for the pooling allocator).
+    #[error("cannot create the wasm engine: {0}")]
+    Wasmtime(String),
+    /// A helper thread could not be started.
+    #[error("cannot start the engine's threads")]
+    Thread(#[source] std::io::Error),
+}
+
+/// The engine, its linker, and its helper threads.
+pub struct Engine {
+    engine: wasmtime::Engine,
+    linker: Linker<Host>,
+    prewarm: tokio::runtime::Handle,
+    ticker: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    prewarm_stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Creates the engine for a server's limits.
+    pub fn new(server: &ServerConfig) -> Result<Arc<Engine>, EngineError> {
+        let mut pool = PoolingAllocationConfig::new();
+        let n = server.max_instances;
+        pool.total_core_instances(n)
+            .total_memories(n)
+            .total_tables(n)
+            .total_stacks(n)
+            .total_component_instances(0)
+            .linear_memory_keep_resident(MEMORY_KEEP_RESIDENT)
+            .table_keep_resident(TABLE_KEEP_RESIDENT)
+            .async_stack_keep_resident(STACK_KEEP_RESIDENT)
+            .pagemap_scan(Enabled::Auto);
+        let mut config = wasmtime::Config::new();
+        config
+            .epoch_interruption(true)
+            .memory_init_cow(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+            .cranelift_opt_level(wasmtime::OptLevel::Speed);
+        let engine =
+            wasmtime::Engine::new(&config).map_err(|e| EngineError::Wasmtime(format!("{e:#}")))?;
+        let mut linker = Linker::new(&engine);
+        crate::servlet::abi::add_to_linker(&mut linker)
+            .map_err(|e| EngineError::Wasmtime(format!("{e:#}")))?;
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |h: &mut Host| &mut h.wasi)
+            .map_err(|e| EngineError::Wasmtime(format!("{e:#}")))?;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let ticker = {
+            let engine = engine.clone();
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("swan-epoch".to_owned())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(EPOCH_TICK);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(EngineError::Thread)?
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(EngineError::Thread)?;
+        let prewarm = runtime.handle().clone();
+        let (prewarm_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("swan-prewarm".to_owned())
+            .spawn(move || {
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+            })
+            .map_err(EngineError::Thread)?;
+        Ok(Arc::new(Engine {
+            engine,
+            linker,
+            prewarm,
+            ticker: Some(ticker),
+            stop,
+            prewarm_stop: Some(prewarm_stop),
+        }))
+    }
+
+    /// The wasmtime engine.
+    pub fn wasmtime(&self) -> &wasmtime::Engine {
+        &self.engine
+    }
+
+    /// The linker with swan's ABI and WASI preview 1.
+    pub(crate) fn linker(&self) -> &Linker<Host> {
+        &self.linker
+    }
+
+    /// Spawns a background task on the pre-instantiation thread.
+    pub(crate) fn spawn_background(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.prewarm.spawn(task);
+    }
+
+    /// Runs `task` on the pre-instantiation thread and waits for it; usable
+    /// from synchronous code, inside or outside a tokio runtime.
+    pub(crate) fn run_blocking<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.prewarm.spawn(async move {
+            let _ = tx.send(task.await);
+        });
+        rx.recv().ok()
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(stop) = self.prewarm_stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(ticker) = self.ticker.take() {
+            let _ = ticker.join();
+        }
+    }
+}

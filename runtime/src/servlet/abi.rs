@@ -1,0 +1,288 @@
+//! The host side of swan's native ABI (version 1), specified in
+//! `guest-sdk/ABI.md`: functions in the `swan` import module that copy
+//! request parts into guest buffers and append to a host-side response.
+//!
+//! Every pointer and length from the guest is bounds-checked against its
+//! memory; a bad one traps the call (the client gets 500), never touches
+//! host memory.
+
+use http::StatusCode;
+use http::header::{HeaderName, HeaderValue};
+use wasmtime::{Caller, Linker};
+
+use super::host::Host;
+
+/// The ABI version this host implements.
+pub const ABI_VERSION: i32 = 1;
+
+/// Request parts for `request_get`.
+pub(crate) mod part {
+    pub(crate) const METHOD: i32 = 0;
+    pub(crate) const PATH: i32 = 1;
+    pub(crate) const QUERY: i32 = 2;
+    pub(crate) const PATH_INFO: i32 = 3;
+    pub(crate) const HEADERS: i32 = 4;
+    pub(crate) const BODY: i32 = 5;
+    pub(crate) const REMOTE_ADDR: i32 = 6;
+    pub(crate) const REQUEST_ID: i32 = 7;
+}
+
+/// Names the `swan` module provides, for import checks at load.
+pub(crate) const FUNCTIONS: &[&str] = &[
+    "request_get",
+    "request_header",
+    "setting",
+    "response_status",
+    "response_header",
+    "response_write",
+    "log",
+];
+
+/// Return value: the part, header or setting does not exist.
+const ABSENT: i32 = -1;
+/// Return value: the argument is not valid (bad header name, status...).
+const INVALID: i32 = -1;
+/// Return value: the header may not be set by a servlet.
+const FORBIDDEN: i32 = -2;
+
+/// A servlet broke the ABI's contract; its request fails with 500.
+#[derive(Debug, thiserror::Error)]
+pub enum AbiFault {
+    /// A pointer/length pair outside the guest's memory.
+    #[error("servlet passed a buffer outside its memory ({ptr:#x}+{len})")]
+    BadPointer {
+        /// The pointer.
+        ptr: i32,
+        /// The length.
+        len: i32,
+    },
+    /// The module has no exported memory.
+    #[error("servlet has no exported memory")]
+    NoMemory,
+    /// `request_get` with an unknown part.
+    #[error("servlet asked for unknown request part {0}")]
+    UnknownPart(i32),
+    /// The response body grew past the servlet's `max_response_bytes`.
+    #[error("response larger than the limit of {limit} bytes")]
+    ResponseTooLarge {
+        /// The limit.
+        limit: u64,
+    },
+}
+
+/// Adds the `swan` module to a linker.
+pub(crate) fn add_to_linker(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    linker.func_wrap("swan", "request_get", request_get)?;
+    linker.func_wrap("swan", "request_header", request_header)?;
+    linker.func_wrap("swan", "setting", setting)?;
+    linker.func_wrap("swan", "response_status", response_status)?;
+    linker.func_wrap("swan", "response_header", response_header)?;
+    linker.func_wrap("swan", "response_write", response_write)?;
+    linker.func_wrap("swan", "log", log)?;
+    Ok(())
+}
+
+/// The guest range `ptr..ptr+len`, checked against `mem_len`.
+fn range(ptr: i32, len: i32, mem_len: usize) -> Result<std::ops::Range<usize>, AbiFault> {
+    let bad = AbiFault::BadPointer { ptr, len };
+    if ptr < 0 || len < 0 {
+        return Err(bad);
+    }
+    let start = ptr as usize;
+    let end = start
+        .checked_add(len as usize)
+        .ok_or(AbiFault::BadPointer { ptr, len })?;
+    if end > mem_len {
+        return Err(bad);
+    }
+    Ok(start..end)
+}
+
+fn memory(caller: &mut Caller<'_, Host>) -> Result<wasmtime::Memory, AbiFault> {
+    if let Some(m) = caller.data().memory {
+        return Ok(m);
+    }
+    let m = caller
+        .get_export("memory")
+        .and_then(|e| e.into_memory())
+        .ok_or(AbiFault::NoMemory)?;
+    caller.data_mut().memory = Some(m);
+    Ok(m)
+}
+
+/// Copies as much of `src` as fits into guest `buf_ptr..+buf_len`; returns
+/// the full length of `src` so the guest can retry with a larger buffer.
+fn copy_out(mem: &mut [u8], src: &[u8], buf_ptr: i32, buf_len: i32) -> Result<i32, AbiFault> {
+    let dst = range(buf_ptr, buf_len, mem.len())?;
+    let n = src.len().min(dst.len());
+    mem[dst.start..dst.start + n].copy_from_slice(&src[..n]);
+    Ok(i32::try_from(src.len()).unwrap_or(i32::MAX))
+}
+
+/// Reads a guest string (lossy: names are ASCII by contract).
+fn read_bytes(mem: &[u8], ptr: i32, len: i32) -> Result<&[u8], AbiFault> {
+    Ok(&mem[range(ptr, len, mem.len())?])
+}
+
+fn request_get(
+    mut caller: Caller<'_, Host>,
+    which: i32,
+    buf_ptr: i32,
+    buf_len: i32,
+) -> wasmtime::Result<i32> {
+    let memory = memory(&mut caller)?;
+    let (mem, host) = memory.data_and_store_mut(&mut caller);
+    let req = &mut host.request;
+    let src: &[u8] = match which {
+        part::METHOD => req.method.as_bytes(),
+        part::PATH => req.path.as_bytes(),
+        part::QUERY => req.query.as_bytes(),
+        part::PATH_INFO => req.path_info.as_bytes(),
+        part::HEADERS => {
+            if req.headers_text.is_none() {
+                let mut text = Vec::new();
+                for (name, value) in &req.headers {
+                    text.extend_from_slice(name.as_str().as_bytes());
+                    text.extend_from_slice(b": ");
+                    text.extend_from_slice(value.as_bytes());
+                    text.push(b'\n');
+                }
+                req.headers_text = Some(text.into());
+            }
+            req.headers_text.as_deref().unwrap_or_default()
+        }
+        part::BODY => &req.body,
+        part::REMOTE_ADDR => req.remote_addr.as_bytes(),
+        part::REQUEST_ID => req.request_id.as_bytes(),
+        other => return Err(AbiFault::UnknownPart(other).into()),
+    };
+    Ok(copy_out(mem, src, buf_ptr, buf_len)?)
+}
+
+fn request_header(
+    mut caller: Caller<'_, Host>,
+    name_ptr: i32,
+    name_len: i32,
+    buf_ptr: i32,
+    buf_len: i32,
+) -> wasmtime::Result<i32> {
+    let memory = memory(&mut caller)?;
+    let (mem, host) = memory.data_and_store_mut(&mut caller);
+    let name = read_bytes(mem, name_ptr, name_len)?;
+    let Ok(name) = HeaderName::from_bytes(name) else {
+        return Ok(ABSENT);
+    };
+    let Some(value) = host.request.headers.get(&name) else {
+        return Ok(ABSENT);
+    };
+    let value = value.as_bytes().to_vec();
+    Ok(copy_out(mem, &value, buf_ptr, buf_len)?)
+}
+
+fn setting(
+    mut caller: Caller<'_, Host>,
+    key_ptr: i32,
+    key_len: i32,
+    buf_ptr: i32,
+    buf_len: i32,
+) -> wasmtime::Result<i32> {
+    let memory = memory(&mut caller)?;
+    let (mem, host) = memory.data_and_store_mut(&mut caller);
+    let key = read_bytes(mem, key_ptr, key_len)?;
+    let info = host.info.clone();
+    let Some((_, value)) = info.settings.iter().find(|(k, _)| k.as_bytes() == key) else {
+        return Ok(ABSENT);
+    };
+    Ok(copy_out(mem, value.as_bytes(), buf_ptr, buf_len)?)
+}
+
+fn response_status(mut caller: Caller<'_, Host>, status: i32) -> i32 {
+    match u16::try_from(status)
+        .ok()
+        .and_then(|s| StatusCode::from_u16(s).ok())
+    {
+        Some(s) if s.as_u16() >= 200 => {
+            caller.data_mut().response.status = s;
+            0
+        }
+        _ => INVALID,
+    }
+}
+
+/// Headers a servlet may not set: swan frames the message itself.
+fn forbidden(name: &HeaderName) -> bool {
+    use http::header::*;
+    [
+        CONNECTION,
+        CONTENT_LENGTH,
+        TRANSFER_ENCODING,
+        TE,
+        TRAILER,
+        UPGRADE,
+        HeaderName::from_static("keep-alive"),
+    ]
+    .contains(name)
+}
+
+fn response_header(
+    mut caller: Caller<'_, Host>,
+    name_ptr: i32,
+    name_len: i32,
+    value_ptr: i32,
+    value_len: i32,
+) -> wasmtime::Result<i32> {
+    let memory = memory(&mut caller)?;
+    let (mem, host) = memory.data_and_store_mut(&mut caller);
+    let name = read_bytes(mem, name_ptr, name_len)?;
+    let value = read_bytes(mem, value_ptr, value_len)?;
+    let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+    else {
+        return Ok(INVALID);
+    };
+    if forbidden(&name) {
+        return Ok(FORBIDDEN);
+    }
+    host.response.headers.append(name, value);
+    Ok(0)
+}
+
+fn response_write(mut caller: Caller<'_, Host>, ptr: i32, len: i32) -> wasmtime::Result<i32> {
+    let memory = memory(&mut caller)?;
+    let (mem, host) = memory.data_and_store_mut(&mut caller);
+    let data = read_bytes(mem, ptr, len)?;
+    let limit = host.info.limits.max_response_bytes;
+    if (host.response.body.len() + data.len()) as u64 > limit {
+        return Err(AbiFault::ResponseTooLarge { limit }.into());
+    }
+    host.response.body.extend_from_slice(data);
+    Ok(0)
+}
+
+fn log(mut caller: Caller<'_, Host>, level: i32, ptr: i32, len: i32) -> wasmtime::Result<()> {
+    let memory = memory(&mut caller)?;
+    let (mem, host) = memory.data_and_store_mut(&mut caller);
+    let text = String::from_utf8_lossy(read_bytes(mem, ptr, len)?);
+    let (servlet, id) = (&host.info.name, &host.request.request_id);
+    match level {
+        0 => tracing::error!(%servlet, request_id = %id, "{text}"),
+        1 => tracing::warn!(%servlet, request_id = %id, "{text}"),
+        2 => tracing::info!(%servlet, request_id = %id, "{text}"),
+        _ => tracing::debug!(%servlet, request_id = %id, "{text}"),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_checked_against_memory() {
+        assert_eq!(range(0, 10, 10).ok(), Some(0..10));
+        assert!(range(1, 10, 10).is_err());
+        assert!(range(-1, 1, 10).is_err());
+        assert!(range(5, -1, 10).is_err());
+        assert!(range(i32::MAX, i32::MAX, usize::MAX).is_ok());
+        assert!(range(i32::MAX, 1, 100).is_err());
+    }
+}

@@ -1,0 +1,119 @@
+//! The per-instance host state: WASI context, store limits, the request
+//! being served and the response being built.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, StatusCode};
+use wasmtime::{Memory, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+
+use super::Info;
+
+/// Bytes of stdout and of stderr kept per request for the log.
+const OUTPUT_CAPTURE_BYTES: usize = 64 << 10;
+
+/// The request as a servlet sees it.
+#[derive(Debug, Default)]
+pub(crate) struct RequestData {
+    pub(crate) method: String,
+    pub(crate) path: String,
+    pub(crate) query: String,
+    pub(crate) path_info: String,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+    pub(crate) remote_addr: String,
+    pub(crate) request_id: String,
+    /// `headers` as "name: value\n" lines, made on first use.
+    pub(crate) headers_text: Option<Bytes>,
+}
+
+/// The response a servlet builds.
+#[derive(Debug)]
+pub(crate) struct ResponseData {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: BytesMut,
+}
+
+impl Default for ResponseData {
+    fn default() -> Self {
+        ResponseData {
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+            body: BytesMut::new(),
+        }
+    }
+}
+
+/// Everything a store carries.
+pub(crate) struct Host {
+    pub(crate) wasi: WasiP1Ctx,
+    pub(crate) limits: StoreLimits,
+    pub(crate) info: Arc<Info>,
+    pub(crate) memory: Option<Memory>,
+    pub(crate) request: RequestData,
+    pub(crate) response: ResponseData,
+    /// Epoch ticks the current request may still run.
+    pub(crate) ticks_left: u64,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+    /// Bytes of stdout and stderr already logged (an instance may be reused).
+    logged: [usize; 2],
+}
+
+impl Host {
+    pub(crate) fn new(info: Arc<Info>) -> Host {
+        let stdout = MemoryOutputPipe::new(OUTPUT_CAPTURE_BYTES);
+        let stderr = MemoryOutputPipe::new(OUTPUT_CAPTURE_BYTES);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .envs(&info.settings);
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(info.limits.max_memory as usize)
+            .instances(1)
+            .memories(1)
+            .tables(4)
+            .trap_on_grow_failure(true)
+            .build();
+        Host {
+            wasi: wasi.build_p1(),
+            limits,
+            info,
+            memory: None,
+            request: RequestData::default(),
+            response: ResponseData::default(),
+            ticks_left: 0,
+            stdout,
+            stderr,
+            logged: [0, 0],
+        }
+    }
+
+    /// Logs what the servlet printed, a line per event, tagged with the
+    /// servlet and the request.
+    pub(crate) fn flush_output(&mut self) {
+        for (i, pipe) in [&self.stdout, &self.stderr].into_iter().enumerate() {
+            let is_err = i == 1;
+            let text = pipe.contents();
+            if text.len() <= self.logged[i] {
+                continue;
+            }
+            let new = text.slice(self.logged[i]..);
+            self.logged[i] = text.len();
+            for line in String::from_utf8_lossy(&new)
+                .lines()
+                .filter(|l| !l.is_empty())
+            {
+                if is_err {
+                    tracing::warn!(servlet = %self.info.name, request_id = %self.request.request_id, stream = "stderr", "{line}");
+                } else {
+                    tracing::info!(servlet = %self.info.name, request_id = %self.request.request_id, stream = "stdout", "{line}");
+                }
+            }
+        }
+    }
+}

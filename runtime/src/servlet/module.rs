@@ -1,0 +1,194 @@
+//! Loading a servlet: compile, check the ABI contract, link, and try one
+//! instantiation, so that a module that cannot serve is refused at load
+//! with a message naming the file and the problem.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use wasmtime::{ExternType, InstancePre, Module, ValType};
+
+use super::abi::{self, ABI_VERSION};
+use super::host::Host;
+use super::{Info, instantiate};
+use crate::engine::Engine;
+
+/// Import module of the swan ABI.
+pub(super) const SWAN_MODULE: &str = "swan";
+/// Import module of WASI preview 1.
+pub(super) const WASI_MODULE: &str = "wasi_snapshot_preview1";
+
+/// Why a servlet was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Not a valid WebAssembly module.
+    #[error("{file}: not a valid WebAssembly module: {reason}")]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// What wasmtime said.
+        reason: String,
+    },
+    /// An import swan does not provide.
+    #[error(
+        "{file}: imports `{module}::{name}`, which swan does not provide (servlets may import only the `swan` ABI and `wasi_snapshot_preview1`)"
+    )]
+    Import {
+        /// The file.
+        file: PathBuf,
+        /// Import module.
+        module: String,
+        /// Import name.
+        name: String,
+    },
+    /// A required export is missing or has the wrong type.
+    #[error("{file}: {problem}")]
+    Export {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Built for another ABI version.
+    #[error("{file}: built for swan ABI version {found}, this swan speaks version {expected}")]
+    AbiVersion {
+        /// The file.
+        file: PathBuf,
+        /// What the module says.
+        found: i32,
+        /// What swan implements.
+        expected: i32,
+    },
+    /// Linking or the trial instantiation failed.
+    #[error("{file}: cannot be instantiated: {reason}")]
+    Instantiate {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A checked, linked module.
+pub(crate) struct Compiled {
+    pub(crate) pre: InstancePre<Host>,
+}
+
+/// Compiles and checks `file`.
+pub(crate) fn load(
+    engine: &Arc<Engine>,
+    file: &Path,
+    info: &Arc<Info>,
+) -> Result<Compiled, LoadError> {
+    let bytes = std::fs::read(file).map_err(|source| LoadError::Read {
+        file: file.to_path_buf(),
+        source,
+    })?;
+    let module =
+        Module::from_binary(engine.wasmtime(), &bytes).map_err(|e| LoadError::Invalid {
+            file: file.to_path_buf(),
+            reason: format!("{e:#}"),
+        })?;
+    check_imports(&module, file)?;
+    check_exports(&module, file)?;
+    let pre = engine
+        .linker()
+        .instantiate_pre(&module)
+        .map_err(|e| LoadError::Instantiate {
+            file: file.to_path_buf(),
+            reason: format!("{e:#}"),
+        })?;
+    // One trial instantiation: start functions, memory sizes against the
+    // limits, and the ABI version are all known before any request.
+    let trial = {
+        let (pre, info) = (pre.clone(), info.clone());
+        engine.run_blocking(async move {
+            let mut ready = instantiate(&pre, info).await?;
+            let version = ready
+                .instance
+                .get_typed_func::<(), i32>(&mut ready.store, "swan_abi_version")?;
+            ready.store.set_epoch_deadline(u64::MAX / 2);
+            version.call_async(&mut ready.store, ()).await
+        })
+    };
+    let found = match trial {
+        Some(Ok(v)) => v,
+        Some(Err(e)) => {
+            return Err(LoadError::Instantiate {
+                file: file.to_path_buf(),
+                reason: format!("{e:#}"),
+            });
+        }
+        None => {
+            return Err(LoadError::Instantiate {
+                file: file.to_path_buf(),
+                reason: "the engine stopped".to_owned(),
+            });
+        }
+    };
+    if found != ABI_VERSION {
+        return Err(LoadError::AbiVersion {
+            file: file.to_path_buf(),
+            found,
+            expected: ABI_VERSION,
+        });
+    }
+    Ok(Compiled { pre })
+}
+
+fn check_imports(module: &Module, file: &Path) -> Result<(), LoadError> {
+    for import in module.imports() {
+        let known = match import.module() {
+            SWAN_MODULE => abi::FUNCTIONS.contains(&import.name()),
+            WASI_MODULE => true,
+            _ => false,
+        };
+        if !known {
+            return Err(LoadError::Import {
+                file: file.to_path_buf(),
+                module: import.module().to_owned(),
+                name: import.name().to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn check_exports(module: &Module, file: &Path) -> Result<(), LoadError> {
+    let err = |problem: String| LoadError::Export {
+        file: file.to_path_buf(),
+        problem,
+    };
+    match module.get_export("memory") {
+        Some(ExternType::Memory(_)) => {}
+        _ => return Err(err("does not export its memory as `memory`".to_owned())),
+    }
+    for name in ["swan_handle", "swan_abi_version"] {
+        match module.get_export(name) {
+            Some(ExternType::Func(f)) => {
+                let ok = f.params().len() == 0
+                    && f.results().len() == 1
+                    && f.results().all(|r| matches!(r, ValType::I32));
+                if !ok {
+                    return Err(err(format!(
+                        "export `{name}` must be a function () -> i32, found {f}"
+                    )));
+                }
+            }
+            Some(_) => return Err(err(format!("export `{name}` must be a function () -> i32"))),
+            None => {
+                return Err(err(format!(
+                    "does not export `{name}`: not a swan servlet, or built without the SDK's export (see guest-sdk/ABI.md)"
+                )));
+            }
+        }
+    }
+    Ok(())
+}

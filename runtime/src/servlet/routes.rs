@@ -1,0 +1,219 @@
+//! Which servlet answers which path of a site: explicit `[[site.route]]`
+//! entries first, then the folder convention (`NAME.wasm` answers `/NAME`
+//! and everything below `/NAME/`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::{Info, LoadError, Servlet};
+use crate::config::{RoutePath, SiteConfig};
+use crate::engine::Engine;
+
+/// Where a route came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteOrigin {
+    /// A `[[site.route]]` entry.
+    Config,
+    /// A `.wasm` file in the site's servlets folder.
+    Folder,
+}
+
+/// One servlet route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Paths it answers.
+    pub path: RoutePath,
+    /// The servlet.
+    pub servlet: Arc<Servlet>,
+    /// Where it came from.
+    pub origin: RouteOrigin,
+}
+
+/// A site's servlet routes.
+#[derive(Debug, Default)]
+pub struct Routes {
+    exact: HashMap<String, Arc<Servlet>>,
+    /// Longest prefix first.
+    prefixes: Vec<(String, Arc<Servlet>)>,
+    all: Vec<Route>,
+}
+
+/// A servlet that could not be loaded (the rest of the site still is).
+#[derive(Debug)]
+pub struct Refused {
+    /// The file.
+    pub file: PathBuf,
+    /// Why.
+    pub error: LoadError,
+}
+
+impl Routes {
+    /// Loads the routes of a site: every `[[site.route]]`, then every valid
+    /// `NAME.wasm` of the servlets folder that no route already covers.
+    /// Modules that cannot load are returned separately, with the reason.
+    pub fn load(engine: &Arc<Engine>, site: &SiteConfig) -> (Routes, Vec<Refused>) {
+        let mut planned: Vec<(RoutePath, Info, RouteOrigin)> = Vec::new();
+        for route in &site.routes {
+            planned.push((
+                route.path.clone(),
+                Info {
+                    name: file_stem(&route.servlet),
+                    file: route.servlet.clone(),
+                    limits: route.limits.clone(),
+                    settings: route.settings.clone(),
+                },
+                RouteOrigin::Config,
+            ));
+        }
+        if let Some(dir) = &site.servlets {
+            for (name, file) in folder_servlets(dir) {
+                let path = RoutePath::Prefix(format!("/{name}"));
+                if planned.iter().any(|(p, ..)| *p == path) {
+                    continue;
+                }
+                planned.push((
+                    path,
+                    Info {
+                        name,
+                        file,
+                        limits: site.servlet_limits.clone(),
+                        settings: Vec::new(),
+                    },
+                    RouteOrigin::Folder,
+                ));
+            }
+        }
+        // Compile in parallel: each module's compilation is independent.
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = planned
+                .into_iter()
+                .map(|(path, info, origin)| {
+                    let file = info.file.clone();
+                    let handle = scope.spawn(move || Servlet::load(engine, info));
+                    (path, origin, file, handle)
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|(path, origin, file, h)| (path, origin, file, h.join()))
+                .collect()
+        });
+        let mut routes = Routes::default();
+        let mut refused = Vec::new();
+        for (path, origin, file, result) in results {
+            match result {
+                Ok(Ok(servlet)) => routes.add(Route {
+                    path,
+                    servlet,
+                    origin,
+                }),
+                Ok(Err(error)) => refused.push(Refused { file, error }),
+                Err(_) => tracing::error!(file = %file.display(), "servlet loading panicked"),
+            }
+        }
+        (routes, refused)
+    }
+
+    fn add(&mut self, route: Route) {
+        match &route.path {
+            RoutePath::Exact(p) => {
+                self.exact
+                    .entry(p.clone())
+                    .or_insert_with(|| route.servlet.clone());
+            }
+            RoutePath::Prefix(p) => {
+                if !self.prefixes.iter().any(|(q, _)| q == p) {
+                    self.prefixes.push((p.clone(), route.servlet.clone()));
+                    self.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+                }
+            }
+        }
+        self.all.push(route);
+    }
+
+    /// Whether the site has no servlet at all (the common static-only case).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+
+    /// The servlet for a normalised path, and the part of the path after
+    /// the route's prefix ("" for an exact match).
+    pub fn find<'p>(&self, path: &'p str) -> Option<(&Arc<Servlet>, &'p str)> {
+        if let Some(s) = self.exact.get(path) {
+            return Some((s, ""));
+        }
+        let trimmed = path
+            .strip_suffix('/')
+            .filter(|t| !t.is_empty())
+            .unwrap_or(path);
+        self.prefixes.iter().find_map(|(prefix, servlet)| {
+            if prefix.is_empty() {
+                return Some((servlet, path));
+            }
+            let rest = trimmed.strip_prefix(prefix.as_str())?;
+            (rest.is_empty() || rest.starts_with('/')).then(|| (servlet, &path[prefix.len()..]))
+        })
+    }
+
+    /// Every route, in load order.
+    pub fn iter(&self) -> impl Iterator<Item = &Route> {
+        self.all.iter()
+    }
+}
+
+/// `NAME.wasm` files of a folder whose NAME is a valid URL segment.
+fn folder_servlets(dir: &Path) -> Vec<(String, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        tracing::warn!(dir = %dir.display(), "cannot read the servlets folder");
+        return Vec::new();
+    };
+    let mut found: Vec<(String, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "wasm"))
+        .filter_map(|p| {
+            let name = p.file_stem()?.to_str()?.to_owned();
+            if is_url_segment(&name) {
+                Some((name, p))
+            } else {
+                tracing::warn!(file = %p.display(), "refused: the name is not a valid URL segment (use letters, digits, '-', '_', '.', '~'; not starting with '.')");
+                None
+            }
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Unreserved URL characters only, not starting with a dot.
+pub(crate) fn is_url_segment(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'))
+}
+
+fn file_stem(path: &Path) -> String {
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("servlet")
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_segments() {
+        assert!(is_url_segment("hello"));
+        assert!(is_url_segment("json-api_v2.1~x"));
+        assert!(!is_url_segment(".hidden"));
+        assert!(!is_url_segment("with space"));
+        assert!(!is_url_segment("caf\u{e9}"));
+        assert!(!is_url_segment(""));
+    }
+}

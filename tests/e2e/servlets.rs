@@ -1,0 +1,436 @@
+//! Wasm servlets written in WAT: routing, the ABI, isolation between
+//! requests, limits and faults, load-time refusals.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use swan_tests::{TestServer, TestSite};
+
+/// Imports and exports every test servlet shares; `$body` is the body of
+/// `swan_handle`, which has a scratch area at 4096 and text at 16.
+fn servlet(data: &str, body: &str, extra: &str) -> Vec<u8> {
+    let text = format!(
+        r#"(module
+  (import "swan" "request_get" (func $get (param i32 i32 i32) (result i32)))
+  (import "swan" "request_header" (func $header_in (param i32 i32 i32 i32) (result i32)))
+  (import "swan" "setting" (func $setting (param i32 i32 i32 i32) (result i32)))
+  (import "swan" "response_status" (func $status (param i32) (result i32)))
+  (import "swan" "response_header" (func $header (param i32 i32 i32 i32) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (global $count (mut i32) (i32.const 0))
+  {data}
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  {extra}
+  (func (export "swan_handle") (result i32) (local i32)
+    {body})
+
+)"#
+    );
+    wat::parse_str(&text).unwrap_or_else(|e| panic!("bad test WAT: {e}\n{text}"))
+}
+
+fn hello() -> Vec<u8> {
+    servlet(
+        r#"(data (i32.const 16) "hello from wat") (data (i32.const 64) "content-type") (data (i32.const 96) "text/x-wat")"#,
+        "(drop (call $header (i32.const 64) (i32.const 12) (i32.const 96) (i32.const 10)))
+         (drop (call $write (i32.const 16) (i32.const 14)))
+         i32.const 0",
+        "",
+    )
+}
+
+/// Writes request part `n` followed by '|'.
+fn echo() -> Vec<u8> {
+    servlet(
+        r#"(data (i32.const 16) "|") (data (i32.const 32) "x-test") (data (i32.const 48) "greeting")"#,
+        "(call $part (i32.const 0)) (call $part (i32.const 1)) (call $part (i32.const 2))
+         (call $part (i32.const 3)) (call $part (i32.const 5))
+         (local.set 0 (call $header_in (i32.const 32) (i32.const 6) (i32.const 4096) (i32.const 1024)))
+         (if (i32.ge_s (local.get 0) (i32.const 0))
+           (then (drop (call $write (i32.const 4096) (local.get 0)))))
+         (drop (call $write (i32.const 16) (i32.const 1)))
+
+         (local.set 0 (call $setting (i32.const 48) (i32.const 8) (i32.const 4096) (i32.const 1024)))
+         (if (i32.ge_s (local.get 0) (i32.const 0))
+           (then (drop (call $write (i32.const 4096) (local.get 0)))))
+         i32.const 0",
+        "(func $part (param $p i32)
+           (drop (call $write (i32.const 4096) (call $get (local.get $p) (i32.const 4096) (i32.const 4096))))
+           (drop (call $write (i32.const 16) (i32.const 1))))",
+    )
+    .into_iter()
+    .collect()
+}
+
+/// Counts its own requests in a global and answers the count.
+fn counter() -> Vec<u8> {
+    servlet(
+        "",
+        "(global.set $count (i32.add (global.get $count) (i32.const 1)))
+         (i32.store8 (i32.const 4096) (i32.add (i32.const 48) (global.get $count)))
+         (drop (call $write (i32.const 4096) (i32.const 1)))
+         i32.const 0",
+        "",
+    )
+}
+
+async fn start(files: &[(&str, Vec<u8>)], toml_extra: &str) -> Result<(TestSite, TestServer)> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "static home")?;
+    site.file("www/hello/shadowed.txt", "shadowed")?;
+    site.dir("servlets")?;
+    for (name, bytes) in files {
+        site.file(&format!("servlets/{name}"), bytes)?;
+    }
+    let config = site.config(&format!(
+        "[server]\nmax_instances = 64\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nprewarm = 1\n{toml_extra}"
+    ))?;
+    let server = TestServer::start(config).await?;
+    Ok((site, server))
+}
+
+#[tokio::test]
+async fn a_wasm_file_answers_at_its_name_and_below() -> Result<()> {
+    let (_site, server) = start(&[("hello.wasm", hello())], "").await?;
+    for path in [
+        "/hello",
+        "/hello/",
+        "/hello/deeper/path?x=1",
+        "/hello/shadowed.txt",
+    ] {
+        let r = server.get(path).await?;
+        assert_eq!(r.status, StatusCode::OK, "{path}");
+        assert_eq!(r.text(), "hello from wat", "{path}");
+        assert_eq!(r.header("content-type"), "text/x-wat");
+        assert_eq!(r.header("server"), "swan");
+    }
+    assert_eq!(server.get("/hellox").await?.status, StatusCode::NOT_FOUND);
+    assert_eq!(server.get("/").await?.text(), "static home");
+    let r = server
+        .send_h2(Request::get(server.url("/hello")).body(Full::default())?)
+        .await?;
+    assert_eq!(r.text(), "hello from wat");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_servlet_sees_method_path_query_path_info_headers_and_body() -> Result<()> {
+    let (_site, server) = start(&[("echo.wasm", echo())], "").await?;
+    let r = server
+        .send(
+            Request::post(server.url("/echo/a/b?q=1&r=two"))
+                .header("x-test", "header-value")
+                .body(Full::new(Bytes::from_static(b"the body")))?,
+        )
+        .await?;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        r.text(),
+        "POST|/echo/a/b|q=1&r=two|/a/b|the body|header-value|"
+    );
+    assert_eq!(r.header("content-type"), "text/plain; charset=utf-8");
+    Ok(())
+}
+
+#[tokio::test]
+async fn explicit_routes_override_the_folder_and_carry_settings() -> Result<()> {
+    let (_site, server) = start(
+        &[("echo.wasm", echo()), ("hello.wasm", hello())],
+        "[[site.route]]\npath = \"/api/*\"\nservlet = \"servlets/echo.wasm\"\n[site.route.settings]\ngreeting = \"hi there\"\n\n\
+         [[site.route]]\npath = \"/exact\"\nservlet = \"servlets/hello.wasm\"\n",
+    )
+    .await?;
+    let r = server.get("/api/v1?k=v").await?;
+    assert_eq!(r.text(), "GET|/api/v1|k=v|/v1|||hi there");
+    assert_eq!(server.get("/exact").await?.text(), "hello from wat");
+    assert_eq!(
+        server.get("/exact/more").await?.status,
+        StatusCode::NOT_FOUND
+    );
+    // The folder route of the same file has no settings.
+    assert_eq!(server.get("/echo").await?.text(), "GET|/echo|||||");
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_request_gets_a_fresh_instance_by_default() -> Result<()> {
+    let (_site, server) = start(&[("counter.wasm", counter())], "").await?;
+    for _ in 0..5 {
+        assert_eq!(
+            server.get("/counter").await?.text(),
+            "1",
+            "state leaked between requests"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn reuse_lets_one_instance_serve_several_requests() -> Result<()> {
+    let (_site, server) = start(
+        &[("counter.wasm", counter())],
+        "[[site.route]]\npath = \"/reused\"\nservlet = \"servlets/counter.wasm\"\nreuse = 3\nprewarm = 0\n",
+    )
+    .await?;
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        seen.push(server.get("/reused").await?.text());
+    }
+    assert_eq!(seen, ["1", "2", "3", "1", "2", "3"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn faults_answer_500_and_the_server_keeps_serving() -> Result<()> {
+    let faults: Vec<(&str, Vec<u8>)> = vec![
+        ("unreachable.wasm", servlet("", "unreachable", "")),
+        (
+            "oob.wasm",
+            servlet("", "(drop (i32.load (i32.const 70000))) i32.const 0", ""),
+        ),
+        (
+            "divzero.wasm",
+            servlet(
+                "",
+                "(drop (i32.div_s (i32.const 1) (global.get $count))) i32.const 0",
+                "",
+            ),
+        ),
+        (
+            "recursion.wasm",
+            servlet(
+                "",
+                "(call $deep (i32.const 0)) i32.const 0",
+                "(func $deep (param i32) (call $deep (i32.add (local.get 0) (i32.const 1))))",
+            ),
+        ),
+        (
+            "grow.wasm",
+            servlet("", "(drop (memory.grow (i32.const 100))) i32.const 0", ""),
+        ),
+        (
+            "big.wasm",
+            servlet(
+                "",
+                "(drop (call $write (i32.const 0) (i32.const 4096))) i32.const 0",
+                "",
+            ),
+        ),
+        (
+            "badptr.wasm",
+            servlet(
+                "",
+                "(drop (call $get (i32.const 1) (i32.const 65530) (i32.const 100))) i32.const 0",
+                "",
+            ),
+        ),
+        (
+            "negptr.wasm",
+            servlet(
+                "",
+                "(drop (call $write (i32.const -8) (i32.const 16))) i32.const 0",
+                "",
+            ),
+        ),
+        (
+            "badpart.wasm",
+            servlet(
+                "",
+                "(drop (call $get (i32.const 99) (i32.const 0) (i32.const 0))) i32.const 0",
+                "",
+            ),
+        ),
+        ("errcode.wasm", servlet("", "i32.const 7", "")),
+        ("hello.wasm", hello()),
+    ];
+    let (_site, server) = start(
+        &faults,
+        "max_memory = \"1 MiB\"\nmax_response_bytes = 1000\n",
+    )
+    .await?;
+    for (file, _) in &faults[..faults.len() - 1] {
+        let name = file.trim_end_matches(".wasm");
+        let r = server.get(&format!("/{name}")).await?;
+        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{name}");
+        assert!(r.text().contains("500 Internal Server Error"), "{name}");
+        assert!(
+            !r.text().to_lowercase().contains("trap") && !r.text().contains(name),
+            "{name} leaked details"
+        );
+        // Everyone else is still served.
+        assert_eq!(
+            server.get("/hello").await?.text(),
+            "hello from wat",
+            "after {name}"
+        );
+        assert_eq!(server.get("/").await?.text(), "static home", "after {name}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_infinite_loop_is_stopped_at_the_deadline_without_stalling_others() -> Result<()> {
+    let looping = servlet("", "(loop $l (br $l)) i32.const 0", "");
+    let (_site, server) = start(&[("loop.wasm", looping)], "timeout = \"600ms\"\n").await?;
+    let url = server.url("/loop");
+    let started = Instant::now();
+    let slow = tokio::spawn({
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<Full<Bytes>>();
+        async move {
+            client
+                .request(Request::get(url).body(Full::default())?)
+                .await
+                .map_err(anyhow::Error::from)
+        }
+    });
+    // While it spins, the server still answers static files promptly (the
+    // spinning servlet yields to the reactor at every epoch tick).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..5 {
+        let t = Instant::now();
+        assert_eq!(server.get("/").await?.status, StatusCode::OK);
+        assert!(
+            t.elapsed() < Duration::from_millis(300),
+            "static request stalled: {:?}",
+            t.elapsed()
+        );
+    }
+    let res = slow.await??;
+    let elapsed = started.elapsed();
+    assert_eq!(res.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert!(
+        elapsed >= Duration::from_millis(550) && elapsed < Duration::from_secs(5),
+        "{elapsed:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_full_pool_answers_503_with_retry_after() -> Result<()> {
+    let looping = servlet("", "(loop $l (br $l)) i32.const 0", "");
+    let (_site, server) = start(
+        &[("loop.wasm", looping)],
+        "timeout = \"800ms\"\nmax_concurrency = 1\nqueue_timeout = \"100ms\"\n",
+    )
+    .await?;
+    let url = server.url("/loop");
+    let first = tokio::spawn(async move {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<Full<Bytes>>();
+        client
+            .request(Request::get(url).body(Full::default())?)
+            .await
+            .map_err(anyhow::Error::from)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = server.get("/loop").await?;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.header("retry-after"), "1");
+    assert_eq!(first.await??.status(), StatusCode::GATEWAY_TIMEOUT);
+    Ok(())
+}
+
+#[tokio::test]
+async fn request_bodies_over_the_servlet_limit_get_413() -> Result<()> {
+    let (_site, server) = start(&[("echo.wasm", echo())], "max_body_bytes = 10\n").await?;
+    let r = server
+        .send(Request::post(server.url("/echo")).body(Full::new(Bytes::from(vec![b'a'; 100])))?)
+        .await?;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    // Chunked (no Content-Length) is counted as it arrives.
+    let r = server
+        .raw(
+            b"POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n40\r\naaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n0\r\n\r\n",
+            Duration::from_secs(5),
+        )
+        .await?;
+    assert!(r.starts_with("HTTP/1.1 413"), "{r}");
+    let r = server
+        .send(Request::post(server.url("/echo")).body(Full::new(Bytes::from_static(b"small")))?)
+        .await?;
+    assert_eq!(r.status, StatusCode::OK);
+    Ok(())
+}
+
+#[tokio::test]
+async fn modules_that_break_the_contract_are_refused_at_load_with_the_reason() -> Result<()> {
+    let wrong_version = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+            (func (export "swan_abi_version") (result i32) i32.const 2)
+            (func (export "swan_handle") (result i32) i32.const 0))"#,
+    )?;
+    let no_handle = wat::parse_str(
+        r#"(module (memory (export "memory") 1) (func (export "swan_abi_version") (result i32) i32.const 1))"#,
+    )?;
+    let no_memory = wat::parse_str(
+        r#"(module (func (export "swan_abi_version") (result i32) i32.const 1) (func (export "swan_handle") (result i32) i32.const 0))"#,
+    )?;
+    let foreign_import = wat::parse_str(
+        r#"(module (import "env" "open_socket" (func (param i32)))
+            (memory (export "memory") 1)
+            (func (export "swan_abi_version") (result i32) i32.const 1)
+            (func (export "swan_handle") (result i32) i32.const 0))"#,
+    )?;
+    let wrong_signature = wat::parse_str(
+        r#"(module (import "swan" "response_write" (func (param i32) (result i32)))
+            (memory (export "memory") 1)
+            (func (export "swan_abi_version") (result i32) i32.const 1)
+            (func (export "swan_handle") (result i32) i32.const 0))"#,
+    )?;
+    let mut truncated = hello();
+    truncated.truncate(truncated.len() / 2);
+    let files = vec![
+        ("version.wasm", wrong_version),
+        ("nohandle.wasm", no_handle),
+        ("nomemory.wasm", no_memory),
+        ("foreign.wasm", foreign_import),
+        ("signature.wasm", wrong_signature),
+        ("truncated.wasm", truncated),
+        ("not-wasm.wasm", b"this is not wasm".to_vec()),
+        ("hello.wasm", hello()),
+        ("bad name.wasm", hello()),
+    ];
+    let (_site, server) = start(&files, "").await?;
+    let sites = server.app().sites.load();
+    let site = sites.iter().next().expect("site");
+    let reasons: Vec<String> = site.refused.iter().map(|r| r.error.to_string()).collect();
+    for (file, want) in [
+        (
+            "version.wasm",
+            "built for swan ABI version 2, this swan speaks version 1",
+        ),
+        ("nohandle.wasm", "does not export `swan_handle`"),
+        ("nomemory.wasm", "does not export its memory"),
+        (
+            "foreign.wasm",
+            "imports `env::open_socket`, which swan does not provide",
+        ),
+        ("signature.wasm", "cannot be instantiated"),
+        ("truncated.wasm", "not a valid WebAssembly module"),
+        ("not-wasm.wasm", "not a valid WebAssembly module"),
+    ] {
+        assert!(
+            reasons.iter().any(|r| r.contains(file) && r.contains(want)),
+            "{file}: {want:?} not in {reasons:#?}"
+        );
+        let name = file.trim_end_matches(".wasm");
+        assert_eq!(
+            server.get(&format!("/{name}")).await?.status,
+            StatusCode::NOT_FOUND
+        );
+    }
+    assert_eq!(server.get("/hello").await?.text(), "hello from wat");
+    assert_eq!(
+        server.get("/bad%20name").await?.status,
+        StatusCode::NOT_FOUND
+    );
+    Ok(())
+}
