@@ -3,11 +3,15 @@
 
 CARGO ?= cargo
 
-.PHONY: run test setup lint bench check
+.PHONY: run test setup lint bench check examples
 
 ## Serve www/ on http://127.0.0.1:8080/ with the example servlets live.
-run: setup
+run: setup examples
 	$(CARGO) run --release -p swan -- serve
+
+## Build the example servlets (Rust, C, AssemblyScript) into servlets/.
+examples: setup
+	examples/build.sh servlets
 
 ## Every test: unit, end-to-end (real server, real HTTP), CLI.
 test: setup
@@ -19,7 +23,7 @@ lint: setup
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Validate swan.toml and print what would be served.
-check: setup
+check: setup examples
 	$(CARGO) run --release -p swan -- check
 
 ## Criterion micro-benchmarks (see BENCHMARKS.md for the load comparison).

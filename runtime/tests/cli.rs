@@ -111,6 +111,40 @@ fn configuration_errors_exit_with_2_and_list_every_problem() {
 }
 
 #[test]
+fn check_fails_when_a_servlet_is_refused_and_says_why() {
+    let dir = site();
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    std::fs::write(dir.path().join("servlets/broken.wasm"), b"not wasm at all").expect("write");
+    let hello = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+            (func (export "swan_abi_version") (result i32) i32.const 1)
+            (func (export "swan_handle") (result i32) i32.const 0))"#,
+    )
+    .expect("wat");
+    std::fs::write(dir.path().join("servlets/hello.wasm"), hello).expect("write");
+    let out = swan()
+        .args(["check", "--root"])
+        .arg(dir.path().join("www"))
+        .arg("--servlets")
+        .arg(dir.path().join("servlets"))
+        .current_dir(dir.path())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("broken.wasm: not a valid WebAssembly module"),
+        "{err}"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("servlet /hello/*")
+            && text.contains("hello.wasm (Folder): memory 64.0 MiB, timeout 5s"),
+        "{text}"
+    );
+}
+
+#[test]
 fn an_address_in_use_names_the_flag_that_fixes_it() {
     let dir = site();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

@@ -2,6 +2,7 @@
 //! One binary, a module per feature.
 
 mod config_ui;
+mod examples;
 mod http;
 mod servlets;
 mod static_files;

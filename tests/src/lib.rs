@@ -244,3 +244,28 @@ pub fn init_logs() {
         .with_test_writer()
         .try_init();
 }
+
+/// Builds the example servlets from source (once per test process) and
+/// returns the folder holding `hello.wasm`, `json-api.wasm`,
+/// `hello-c.wasm` and `hello-as.wasm`.
+pub fn example_servlets() -> Result<PathBuf> {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let out = root.join("target").join("example-servlets");
+            let status = std::process::Command::new(root.join("examples/build.sh"))
+                .arg(&out)
+                .status()
+                .map_err(|e| format!("cannot run examples/build.sh: {e}"))?;
+            if !status.success() {
+                return Err(
+                    "examples/build.sh failed; run scripts/setup to install the wasm toolchains"
+                        .to_owned(),
+                );
+            }
+            Ok(out)
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!(e))
+}
