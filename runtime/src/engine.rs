@@ -71,6 +71,7 @@ impl Engine {
             .async_stack_keep_resident(STACK_KEEP_RESIDENT)
             .pagemap_scan(Enabled::Auto);
         let mut config = wasmtime::Config::new();
+        config.cache(compile_cache());
         config
             .epoch_interruption(true)
             .memory_init_cow(true)
@@ -148,6 +149,35 @@ impl Engine {
             let _ = tx.send(task.await);
         });
         rx.recv().ok()
+    }
+}
+
+/// Where compiled code is cached: `$SWAN_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/swan`, else `~/.cache/swan`.
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    if let Some(dir) = std::env::var_os("SWAN_CACHE_DIR") {
+        return Some(dir.into());
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
+    Some(base.join("swan"))
+}
+
+/// wasmtime's compiled-code cache, keyed by module content and engine
+/// settings: a restart, or a revert to a module seen before, loads machine
+/// code instead of compiling. Off (with a warning) if the folder is not
+/// usable.
+fn compile_cache() -> Option<wasmtime::Cache> {
+    let dir = cache_dir()?.join("wasmtime");
+    let mut config = wasmtime::CacheConfig::new();
+    config.with_directory(&dir);
+    match wasmtime::Cache::new(config) {
+        Ok(cache) => Some(cache),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %format!("{e:#}"), "compiled-code cache disabled");
+            None
+        }
     }
 }
 

@@ -19,6 +19,7 @@ pub mod body;
 mod clock;
 pub mod config;
 pub mod engine;
+pub mod reload;
 pub mod respond;
 pub mod server;
 pub mod servlet;

@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use swan::config::RuntimeModel;
+use swan::reload::{ConfigSource, Reloader};
 use swan::{App, Config, ConfigError, Overrides, Sites};
 
 /// swan: static files from memory and WebAssembly servlets, sandboxed.
@@ -47,24 +48,27 @@ struct ConfigArgs {
 }
 
 impl ConfigArgs {
-    fn load(&self) -> Result<Config, ConfigError> {
-        let overrides = Overrides {
+    fn overrides(&self) -> Overrides {
+        Overrides {
             listen: self.listen.clone(),
             root: self.root.clone(),
             servlets: self.servlets.clone(),
-        };
-        Config::load(self.config.as_deref(), &overrides)
+        }
+    }
+
+    fn load(&self) -> Result<Config, ConfigError> {
+        Config::load(self.config.as_deref(), &self.overrides())
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
-    let config = match (match &cli.command {
+    let args = match &cli.command {
         Command::Serve(a) | Command::Check(a) => a,
-    })
-    .load()
-    {
+    };
+    let overrides = args.overrides();
+    let config = match args.load() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -72,7 +76,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Serve(_) => serve(config),
+        Command::Serve(_) => serve(config, overrides),
         Command::Check(_) => check(&config),
     };
     match result {
@@ -94,7 +98,7 @@ fn init_tracing() {
         .init();
 }
 
-fn serve(config: Config) -> anyhow::Result<()> {
+fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> {
     let started = Instant::now();
     let app = App::load(&config).context("cannot load the sites")?;
     let per_addr = match config.server.runtime {
@@ -119,9 +123,43 @@ fn serve(config: Config) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    runtime.block_on(swan::serve(app, listeners, shutdown_signal()))?;
+    let reloader = Reloader::start(
+        app.clone(),
+        ConfigSource {
+            file: config.file.clone(),
+            overrides,
+        },
+    );
+    let reloader = match reloader {
+        Ok(r) => Some(Arc::new(r)),
+        Err(e) => {
+            tracing::warn!("{e}; hot reload is off");
+            None
+        }
+    };
+    runtime.block_on(async {
+        if let Some(r) = reloader.clone() {
+            tokio::spawn(reload_on_sighup(r));
+        }
+        swan::serve(app, listeners, shutdown_signal()).await
+    })?;
+    drop(reloader);
     tracing::info!("stopped");
     Ok(())
+}
+
+async fn reload_on_sighup(reloader: Arc<Reloader>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!(
+            "cannot listen for SIGHUP; configuration reloads only when the file changes"
+        );
+        return;
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP received: reading the configuration again");
+        reloader.reload_config();
+    }
 }
 
 async fn shutdown_signal() {

@@ -17,9 +17,9 @@ pub struct Site {
     /// Settings from the configuration.
     pub config: SiteConfig,
     /// Static files.
-    pub cache: SiteCache,
+    pub cache: Arc<SiteCache>,
     /// Servlet routes.
-    pub routes: Routes,
+    pub routes: Arc<Routes>,
     /// Servlets that could not be loaded, with the reason.
     pub refused: Vec<Refused>,
 }
@@ -28,18 +28,45 @@ impl Site {
     /// Loads a site's files and servlets. Servlets that cannot load are
     /// kept in `refused` with the reason; the rest of the site serves.
     pub fn load(config: &SiteConfig, engine: Option<&Arc<Engine>>) -> Result<Site, LoadError> {
-        let cache = SiteCache::load(config)?;
-        let (routes, refused) = match engine {
-            Some(engine) => Routes::load(engine, config),
-            None => (Routes::default(), Vec::new()),
+        Site::refresh(config, engine, None, Refresh::ALL)
+    }
+
+    /// Builds the site again from `config`, reusing what `previous` already
+    /// holds: unchanged files are not read again, unchanged servlets are
+    /// not compiled again, and a servlet whose new version fails to load
+    /// keeps serving its previous version. `what` says which parts may have
+    /// changed; the others are taken from `previous` as they are.
+    pub fn refresh(
+        config: &SiteConfig,
+        engine: Option<&Arc<Engine>>,
+        previous: Option<&Site>,
+        what: Refresh,
+    ) -> Result<Site, LoadError> {
+        let cache = match previous {
+            Some(p) if !what.files => p.cache.clone(),
+            Some(p) => Arc::new(p.cache.reload(config)?),
+            None => Arc::new(SiteCache::load(config)?),
         };
-        for r in &refused {
-            tracing::error!(site = %config.name, "servlet refused: {}", r.error);
+        let (routes, refused) = match (engine, previous) {
+            (_, Some(p)) if !what.servlets => (p.routes.clone(), p.refused.clone()),
+            (Some(engine), p) => {
+                let (routes, refused) = Routes::load(engine, config, p.map(|p| &*p.routes));
+                (Arc::new(routes), refused)
+            }
+            (None, _) => (Arc::new(Routes::default()), Vec::new()),
+        };
+        if what.servlets {
+            for r in &refused {
+                tracing::error!(site = %config.name, "servlet refused: {}", r.error);
+            }
         }
-        for route in routes.iter() {
-            let shadowed = cache
-                .paths()
-                .into_iter()
+        let paths = cache.paths();
+        for route in routes
+            .iter()
+            .filter(|_| what.servlets || previous.is_none())
+        {
+            let shadowed = paths
+                .iter()
                 .filter(|p| {
                     routes
                         .find(p)
@@ -62,6 +89,23 @@ impl Site {
             refused,
         })
     }
+}
+
+/// Which parts of a site to read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refresh {
+    /// The static files.
+    pub files: bool,
+    /// The servlets.
+    pub servlets: bool,
+}
+
+impl Refresh {
+    /// Everything.
+    pub const ALL: Refresh = Refresh {
+        files: true,
+        servlets: true,
+    };
 }
 
 /// All sites, indexed by host name.

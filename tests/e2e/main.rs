@@ -4,6 +4,7 @@
 mod config_ui;
 mod examples;
 mod http;
+mod reload;
 mod servlets;
 mod static_files;
 mod vhosts;

@@ -66,6 +66,7 @@ impl TestSite {
 
 /// A running server.
 pub struct TestServer {
+    reloader: Option<swan::reload::Reloader>,
     addr: SocketAddr,
     app: Arc<swan::App>,
     stop: Option<oneshot::Sender<()>>,
@@ -113,12 +114,35 @@ impl TestServer {
             let _ = stopped.await;
         }));
         Ok(TestServer {
+            reloader: None,
             addr,
             app,
             stop: Some(stop),
             task: Some(task),
             client: Client::builder(TokioExecutor::new()).build_http(),
         })
+    }
+
+    /// Loads `config` (read from `file`), serves it on 127.0.0.1:0 and
+    /// hot-reloads it as swan serve does.
+    pub async fn start_watching(config: swan::Config) -> Result<TestServer> {
+        let file = config.file.clone();
+        let mut server = TestServer::start(config).await?;
+        server.reloader = Some(swan::reload::Reloader::start(
+            server.app.clone(),
+            swan::reload::ConfigSource {
+                file,
+                overrides: swan::Overrides::default(),
+            },
+        )?);
+        Ok(server)
+    }
+
+    /// Asks the reloader to read the configuration again (as SIGHUP does).
+    pub fn reload_config(&self) {
+        if let Some(r) = &self.reloader {
+            r.reload_config();
+        }
     }
 
     /// The bound address.
@@ -184,6 +208,7 @@ impl TestServer {
     }
 
     async fn shutdown(&mut self) -> Result<()> {
+        self.reloader.take();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -268,4 +293,22 @@ pub fn example_servlets() -> Result<PathBuf> {
         })
         .clone()
         .map_err(|e| anyhow::anyhow!(e))
+}
+
+/// Polls `check` every 10 ms until it returns true or `limit` passes.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

@@ -98,7 +98,7 @@ pub struct Config {
 }
 
 /// `[server]`: listeners, threads and connection limits.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
     /// Addresses to listen on. Default: `127.0.0.1:8080`.
     pub listen: Vec<SocketAddr>,

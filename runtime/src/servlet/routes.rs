@@ -28,6 +28,8 @@ pub struct Route {
     pub servlet: Arc<Servlet>,
     /// Where it came from.
     pub origin: RouteOrigin,
+    /// Size and modification time of the file the servlet was loaded from.
+    stamp: Option<(u64, u128)>,
 }
 
 /// A site's servlet routes.
@@ -40,19 +42,29 @@ pub struct Routes {
 }
 
 /// A servlet that could not be loaded (the rest of the site still is).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Refused {
     /// The file.
     pub file: PathBuf,
     /// Why.
-    pub error: LoadError,
+    pub error: Arc<LoadError>,
+    /// Whether a previous version of it still serves.
+    pub kept_previous: bool,
 }
 
 impl Routes {
     /// Loads the routes of a site: every `[[site.route]]`, then every valid
     /// `NAME.wasm` of the servlets folder that no route already covers.
     /// Modules that cannot load are returned separately, with the reason.
-    pub fn load(engine: &Arc<Engine>, site: &SiteConfig) -> (Routes, Vec<Refused>) {
+    ///
+    /// With `previous`, a servlet whose file, limits and settings are
+    /// unchanged is reused as it is, and one whose new version fails to
+    /// load keeps serving its previous version.
+    pub fn load(
+        engine: &Arc<Engine>,
+        site: &SiteConfig,
+        previous: Option<&Routes>,
+    ) -> (Routes, Vec<Refused>) {
         let mut planned: Vec<(RoutePath, Info, RouteOrigin)> = Vec::new();
         for route in &site.routes {
             planned.push((
@@ -84,31 +96,70 @@ impl Routes {
                 ));
             }
         }
-        // Compile in parallel: each module's compilation is independent.
+        // Reuse what has not changed; compile the rest in parallel (each
+        // module's compilation is independent).
+        let mut routes = Routes::default();
+        let mut refused = Vec::new();
+        let mut to_load = Vec::new();
+        for (path, info, origin) in planned {
+            let stamp = file_stamp(&info.file);
+            let old = previous.and_then(|p| {
+                p.all
+                    .iter()
+                    .find(|r| r.path == path && r.servlet.info().file == info.file)
+            });
+            match old {
+                Some(old)
+                    if old.stamp == stamp
+                        && old.servlet.info().limits == info.limits
+                        && old.servlet.info().settings == info.settings =>
+                {
+                    routes.add(old.clone());
+                }
+                _ => to_load.push((path, info, origin, stamp, old.cloned())),
+            }
+        }
         let results: Vec<_> = std::thread::scope(|scope| {
-            let handles: Vec<_> = planned
+            let handles: Vec<_> = to_load
                 .into_iter()
-                .map(|(path, info, origin)| {
+                .map(|(path, info, origin, stamp, old)| {
                     let file = info.file.clone();
                     let handle = scope.spawn(move || Servlet::load(engine, info));
-                    (path, origin, file, handle)
+                    (path, origin, stamp, old, file, handle)
                 })
                 .collect();
             handles
                 .into_iter()
-                .map(|(path, origin, file, h)| (path, origin, file, h.join()))
+                .map(|(path, origin, stamp, old, file, h)| {
+                    (path, origin, stamp, old, file, h.join())
+                })
                 .collect()
         });
-        let mut routes = Routes::default();
-        let mut refused = Vec::new();
-        for (path, origin, file, result) in results {
+        for (path, origin, stamp, old, file, result) in results {
             match result {
-                Ok(Ok(servlet)) => routes.add(Route {
-                    path,
-                    servlet,
-                    origin,
-                }),
-                Ok(Err(error)) => refused.push(Refused { file, error }),
+                Ok(Ok(servlet)) => {
+                    if old.is_some() {
+                        tracing::info!(route = %path, file = %file.display(), "servlet updated");
+                    }
+                    routes.add(Route {
+                        path,
+                        servlet,
+                        origin,
+                        stamp,
+                    });
+                }
+                Ok(Err(error)) => {
+                    let kept_previous = old.is_some();
+                    if let Some(old) = old {
+                        tracing::warn!(route = %path, file = %file.display(), "new version refused; the previous version keeps serving");
+                        routes.add(old);
+                    }
+                    refused.push(Refused {
+                        file,
+                        error: Arc::new(error),
+                        kept_previous,
+                    });
+                }
                 Err(_) => tracing::error!(file = %file.display(), "servlet loading panicked"),
             }
         }
@@ -194,6 +245,18 @@ pub(crate) fn is_url_segment(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'))
+}
+
+/// Size and modification time (ns) of a file, if it exists.
+fn file_stamp(path: &Path) -> Option<(u64, u128)> {
+    let meta = std::fs::metadata(path).ok()?;
+    let nanos = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
+    Some((meta.len(), nanos))
 }
 
 fn file_stem(path: &Path) -> String {

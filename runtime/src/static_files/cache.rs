@@ -78,6 +78,33 @@ pub struct CachedFile {
     pub gzip: Option<Variant>,
     /// Last modification, whole seconds.
     pub modified: SystemTime,
+    /// What the file and its siblings looked like when read.
+    fingerprint: Fingerprint,
+}
+
+/// Size and modification time (nanoseconds) of a file and of its `.br`
+/// and `.gz` siblings: a reload reuses an entry whose fingerprint has not
+/// changed instead of reading and compressing the file again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint([(u64, u128); 3]);
+
+impl Fingerprint {
+    fn of(path: &Path, meta: &std::fs::Metadata) -> Fingerprint {
+        let stamp = |m: &std::fs::Metadata| {
+            let nanos = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            (m.len(), nanos)
+        };
+        let sibling = |suffix: &str| {
+            std::fs::metadata(format!("{}.{suffix}", path.display()))
+                .map(|m| stamp(&m))
+                .unwrap_or((u64::MAX, 0))
+        };
+        Fingerprint([stamp(meta), sibling("br"), sibling("gz")])
+    }
 }
 
 /// A file streamed from disk.
@@ -89,6 +116,7 @@ pub struct DiskFile {
     pub path: PathBuf,
     /// Last modification, whole seconds.
     pub modified: SystemTime,
+    fingerprint: Fingerprint,
 }
 
 /// A file of the site.
@@ -118,6 +146,8 @@ pub struct SiteCache {
     dirs: HashSet<Box<str>>,
     not_found: Option<Arc<NotFoundPage>>,
     stats: CacheStats,
+    /// The settings the entries' headers were built with.
+    built_with: (Option<String>, crate::config::CacheConfig),
 }
 
 /// The site's own `404.html`, with headers for a 404 answer.
@@ -132,6 +162,23 @@ pub struct NotFoundPage {
 impl SiteCache {
     /// Reads every file under the site's root.
     pub fn load(site: &SiteConfig) -> Result<SiteCache, LoadError> {
+        SiteCache::load_reusing(site, None)
+    }
+
+    /// Reads the site's root again, reusing the entries of `self` whose
+    /// files have not changed (no re-read, no re-compression): a walk and a
+    /// few `stat` calls per file.
+    pub fn reload(&self, site: &SiteConfig) -> Result<SiteCache, LoadError> {
+        // Entries carry headers built from these settings: reuse them only
+        // while the settings are the same.
+        let same_settings = self.built_with == (site.cache_control.clone(), site.cache);
+        SiteCache::load_reusing(site, same_settings.then_some(self))
+    }
+
+    fn load_reusing(
+        site: &SiteConfig,
+        previous: Option<&SiteCache>,
+    ) -> Result<SiteCache, LoadError> {
         let root = site.root.canonicalize().map_err(|source| LoadError::Root {
             path: site.root.clone(),
             source,
@@ -146,6 +193,7 @@ impl SiteCache {
             cache_control,
             cache: SiteCache::default(),
             visited: HashSet::new(),
+            previous,
         };
         loader.cache.dirs.insert("/".into());
         loader.walk(&root, "").map_err(|source| LoadError::Root {
@@ -153,6 +201,7 @@ impl SiteCache {
             source,
         })?;
         let mut cache = loader.cache;
+        cache.built_with = (site.cache_control.clone(), site.cache);
         if let Some(Resource::Memory(page)) = cache.files.get("/404.html") {
             let mut headers = page.identity.rep.headers.clone();
             for name in [
@@ -207,6 +256,7 @@ struct Loader<'a> {
     cache_control: Option<HeaderValue>,
     cache: SiteCache,
     visited: HashSet<PathBuf>,
+    previous: Option<&'a SiteCache>,
 }
 
 impl Loader<'_> {
@@ -263,6 +313,30 @@ impl Loader<'_> {
         let last_modified = http_date(modified);
         let content_type = content_type_for(path);
         let len = meta.len();
+        let fingerprint = Fingerprint::of(path, meta);
+        match self.previous.and_then(|p| p.files.get(key.as_str())) {
+            Some(Resource::Memory(f)) if f.fingerprint == fingerprint => {
+                let size = f.identity.body.len()
+                    + f.brotli.as_ref().map_or(0, |v| v.body.len())
+                    + f.gzip.as_ref().map_or(0, |v| v.body.len());
+                self.cache.stats.cached_files += 1;
+                self.cache.stats.cached_bytes += size as u64;
+                self.cache.stats.compressed_variants +=
+                    usize::from(f.brotli.is_some()) + usize::from(f.gzip.is_some());
+                self.cache
+                    .files
+                    .insert(key.into(), Resource::Memory(f.clone()));
+                return Ok(());
+            }
+            Some(Resource::Disk(f)) if f.fingerprint == fingerprint => {
+                self.cache.stats.streamed_files += 1;
+                self.cache
+                    .files
+                    .insert(key.into(), Resource::Disk(f.clone()));
+                return Ok(());
+            }
+            _ => {}
+        }
         let remaining = self
             .site
             .cache
@@ -286,6 +360,7 @@ impl Loader<'_> {
                     rep,
                     path: path.to_path_buf(),
                     modified,
+                    fingerprint,
                 })),
             );
             return Ok(());
@@ -347,6 +422,7 @@ impl Loader<'_> {
                 brotli,
                 gzip,
                 modified,
+                fingerprint,
             })),
         );
         Ok(())

@@ -1,0 +1,347 @@
+//! Hot reload: watch site roots, servlet folders and the configuration
+//! file; rebuild what changed off the request path; swap it in atomically.
+//!
+//! Events are debounced (a batch closes after `QUIET` without events, or
+//! `MAX_BATCH` at the latest), then each touched site is refreshed with
+//! reuse: unchanged files and servlets are carried over as they are, a
+//! changed file is read whole before it replaces the old entry, and a
+//! servlet whose new version fails to load keeps its old version. The new
+//! `Sites` replaces the old one in one atomic store: a request sees either
+//! the old state or the new one, never a mix, and requests already running
+//! finish with what they started with.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecursiveMode, Watcher};
+
+use crate::app::App;
+use crate::config::{Config, Overrides};
+use crate::site::{Refresh, Site, Sites};
+
+/// A batch of events closes after this long without a new one.
+const QUIET: Duration = Duration::from_millis(10);
+/// ... or after this long in any case (a file written continuously).
+const MAX_BATCH: Duration = Duration::from_millis(500);
+
+/// Where the configuration comes from, so it can be read again.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSource {
+    /// The file (`None`: built-in defaults; nothing to watch).
+    pub file: Option<PathBuf>,
+    /// Command-line overrides, applied again on every reload.
+    pub overrides: Overrides,
+}
+
+/// The watcher could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// notify refused.
+    #[error("cannot watch {path}: {source}")]
+    Watch {
+        /// The folder.
+        path: PathBuf,
+        /// The cause.
+        source: notify::Error,
+    },
+    /// The reload thread could not start.
+    #[error("cannot start the reload thread")]
+    Thread(#[source] std::io::Error),
+}
+
+enum Msg {
+    Fs(notify::Result<notify::Event>),
+    Config,
+    Stop,
+}
+
+/// Watches and reloads until dropped.
+pub struct Reloader {
+    tx: mpsc::Sender<Msg>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader").finish_non_exhaustive()
+    }
+}
+
+impl Reloader {
+    /// Starts watching everything `app` serves.
+    pub fn start(app: Arc<App>, source: ConfigSource) -> Result<Reloader, ReloadError> {
+        let (tx, rx) = mpsc::channel();
+        let watched = Watched::new(&app, &source, &tx)?;
+        let thread_tx = tx.clone();
+        let thread = std::thread::Builder::new()
+            .name("swan-reload".to_owned())
+            .spawn(move || run(app, source, watched, rx, thread_tx))
+            .map_err(ReloadError::Thread)?;
+        Ok(Reloader {
+            tx,
+            thread: Some(thread),
+        })
+    }
+
+    /// Reads the configuration again (SIGHUP).
+    pub fn reload_config(&self) {
+        let _ = self.tx.send(Msg::Config);
+    }
+}
+
+impl Drop for Reloader {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Msg::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What is watched, with canonical paths for matching events.
+struct Watched {
+    sites: Vec<(Option<PathBuf>, Option<PathBuf>)>,
+    config: Option<PathBuf>,
+    _watchers: Vec<notify::RecommendedWatcher>,
+}
+
+impl Watched {
+    fn new(
+        app: &App,
+        source: &ConfigSource,
+        tx: &mpsc::Sender<Msg>,
+    ) -> Result<Watched, ReloadError> {
+        let mut watchers = Vec::new();
+        let mut watch = |path: &Path, mode: RecursiveMode| -> Result<(), ReloadError> {
+            let tx = tx.clone();
+            let mut w = notify::recommended_watcher(move |ev| {
+                let _ = tx.send(Msg::Fs(ev));
+            })
+            .map_err(|source| ReloadError::Watch {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            w.watch(path, mode).map_err(|source| ReloadError::Watch {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            watchers.push(w);
+            Ok(())
+        };
+        let mut sites = Vec::new();
+        for site in app.sites.load().iter() {
+            let root = site.config.root.canonicalize().ok();
+            if let Some(root) = &root {
+                watch(root, RecursiveMode::Recursive)?;
+            }
+            let servlets = site
+                .config
+                .servlets
+                .as_ref()
+                .and_then(|s| s.canonicalize().ok());
+            if let Some(dir) = &servlets
+                && !root.as_ref().is_some_and(|r| dir.starts_with(r))
+            {
+                watch(dir, RecursiveMode::Recursive)?;
+            }
+            sites.push((root, servlets));
+        }
+        // Editors replace files by renaming over them, which a watch on the
+        // file itself would not survive: watch its folder.
+        let config = source.file.as_ref().and_then(|f| f.canonicalize().ok());
+        if let Some(parent) = config.as_ref().and_then(|f| f.parent()) {
+            watch(parent, RecursiveMode::NonRecursive)?;
+        }
+        Ok(Watched {
+            sites,
+            config,
+            _watchers: watchers,
+        })
+    }
+}
+
+/// What one batch of events touched.
+#[derive(Default)]
+struct Batch {
+    config: bool,
+    sites: Vec<Refresh>,
+}
+
+impl Batch {
+    fn new(sites: usize) -> Batch {
+        Batch {
+            config: false,
+            sites: vec![
+                Refresh {
+                    files: false,
+                    servlets: false
+                };
+                sites
+            ],
+        }
+    }
+
+    fn add(&mut self, msg: Msg, watched: &Watched) {
+        let event = match msg {
+            Msg::Config => {
+                self.config = true;
+                return;
+            }
+            Msg::Stop => return,
+            Msg::Fs(Err(e)) => {
+                tracing::warn!(error = %e, "file watcher error");
+                return;
+            }
+            Msg::Fs(Ok(event)) => event,
+        };
+        if let EventKind::Access(kind) = event.kind
+            && kind != AccessKind::Close(AccessMode::Write)
+        {
+            return;
+        }
+        for path in &event.paths {
+            if watched.config.as_deref() == Some(path.as_path()) {
+                self.config = true;
+            }
+            for (i, (root, servlets)) in watched.sites.iter().enumerate() {
+                if root.as_ref().is_some_and(|r| path.starts_with(r)) {
+                    self.sites[i].files = true;
+                }
+                if let Some(dir) = servlets
+                    && let Ok(rel) = path.strip_prefix(dir)
+                    && !rel.components().any(|c| c.as_os_str() == "target")
+                {
+                    self.sites[i].servlets = true;
+                }
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        !self.config && self.sites.iter().all(|r| !r.files && !r.servlets)
+    }
+}
+
+fn run(
+    app: Arc<App>,
+    source: ConfigSource,
+    mut watched: Watched,
+    rx: mpsc::Receiver<Msg>,
+    tx: mpsc::Sender<Msg>,
+) {
+    loop {
+        let first = match rx.recv() {
+            Ok(Msg::Stop) | Err(_) => return,
+            Ok(m) => m,
+        };
+        let mut batch = Batch::new(watched.sites.len());
+        batch.add(first, &watched);
+        let started = Instant::now();
+        loop {
+            match rx.recv_timeout(QUIET) {
+                Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                Ok(m) => batch.add(m, &watched),
+                Err(RecvTimeoutError::Timeout) => break,
+            }
+            if started.elapsed() > MAX_BATCH {
+                break;
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        if batch.config {
+            if reload_config(&app, &source) {
+                match Watched::new(&app, &source, &tx) {
+                    Ok(w) => watched = w,
+                    Err(e) => tracing::error!("{e}; hot reload may miss changes until restart"),
+                }
+            }
+            continue;
+        }
+        refresh_sites(&app, &batch.sites);
+    }
+}
+
+/// Refreshes the touched sites and swaps the result in.
+fn refresh_sites(app: &App, touched: &[Refresh]) {
+    let started = Instant::now();
+    let current = app.sites.load_full();
+    let mut changed = false;
+    let sites: Vec<Arc<Site>> = current
+        .iter()
+        .zip(touched.iter().chain(std::iter::repeat(&Refresh { files: false, servlets: false })))
+        .map(|(site, what)| {
+            if !what.files && !what.servlets {
+                return site.clone();
+            }
+            match Site::refresh(&site.config, app.engine.as_ref(), Some(site), *what) {
+                Ok(new) => {
+                    changed = true;
+                    Arc::new(new)
+                }
+                Err(e) => {
+                    tracing::error!(site = %site.config.name, error = %e, "reload failed; the previous version keeps serving");
+                    site.clone()
+                }
+            }
+        })
+        .collect();
+    if changed {
+        app.sites.store(Arc::new(Sites::new(sites)));
+        tracing::info!(took_ms = started.elapsed().as_millis() as u64, "reloaded");
+    }
+}
+
+/// Reads the configuration again; returns whether it was applied.
+fn reload_config(app: &App, source: &ConfigSource) -> bool {
+    let config = match Config::load(source.file.as_deref(), &source.overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(
+                "configuration change refused; the previous configuration stays in force\n{e}"
+            );
+            return false;
+        }
+    };
+    if config.server != app.server {
+        tracing::warn!(
+            "[server] settings changed (listeners, workers, limits): they take effect after a restart"
+        );
+    }
+    let wants_engine = config
+        .sites
+        .iter()
+        .any(|s| s.servlets.is_some() || !s.routes.is_empty());
+    if wants_engine && app.engine.is_none() {
+        tracing::warn!(
+            "servlets were added to a server started without any: restart to enable them"
+        );
+    }
+    let current = app.sites.load_full();
+    let mut sites = Vec::new();
+    for site_config in &config.sites {
+        let previous = current
+            .iter()
+            .find(|s| s.config.name == site_config.name && s.config.root == site_config.root);
+        match Site::refresh(
+            site_config,
+            app.engine.as_ref(),
+            previous.map(|p| &**p),
+            Refresh::ALL,
+        ) {
+            Ok(site) => sites.push(Arc::new(site)),
+            Err(e) => {
+                tracing::error!(site = %site_config.name, error = %e, "configuration change refused; the previous configuration stays in force");
+                return false;
+            }
+        }
+    }
+    app.sites.store(Arc::new(Sites::new(sites)));
+    tracing::info!(sites = config.sites.len(), "configuration reloaded");
+    true
+}

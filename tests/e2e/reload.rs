@@ -1,0 +1,262 @@
+//! Hot reload: static files, .wasm servlets and the configuration change
+//! under a running server without failed requests or broken versions.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use http::StatusCode;
+use swan_tests::{TestServer, TestSite, eventually};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A servlet answering `text`.
+fn version(text: &str) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(module
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "{text}")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (drop (call $write (i32.const 16) (i32.const {len}))) i32.const 0))"#,
+        len = text.len()
+    ))
+    .unwrap_or_default()
+}
+
+async fn start(site: &TestSite, extra: &str) -> Result<TestServer> {
+    swan_tests::init_logs();
+    site.dir("www")?;
+    site.dir("servlets")?;
+    let config = site.config(&format!(
+        "[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n{extra}"
+    ))?;
+    TestServer::start_watching(config).await
+}
+
+async fn text_is(server: &TestServer, path: &str, want: &str) -> bool {
+    server.get(path).await.is_ok_and(|r| r.text() == want)
+}
+
+async fn status_is(server: &TestServer, path: &str, want: StatusCode) -> bool {
+    server.get(path).await.is_ok_and(|r| r.status == want)
+}
+
+#[tokio::test]
+async fn static_files_follow_edits_additions_removals_and_new_folders() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("www/page.html", "first")?;
+    let server = start(&site, "").await?;
+    assert_eq!(server.get("/page.html").await?.text(), "first");
+    let etag = server.get("/page.html").await?.header("etag").to_owned();
+
+    site.file("www/page.html", "second version")?;
+    assert!(eventually(WAIT, || text_is(&server, "/page.html", "second version")).await);
+    let r = server.get("/page.html").await?;
+    assert_ne!(r.header("etag"), etag, "ETag must follow the content");
+    assert_eq!(r.header("content-length"), "14");
+
+    site.file("www/new.txt", "added")?;
+    assert!(eventually(WAIT, || text_is(&server, "/new.txt", "added")).await);
+
+    std::fs::remove_file(site.path().join("www/new.txt"))?;
+    assert!(
+        eventually(WAIT, || status_is(
+            &server,
+            "/new.txt",
+            StatusCode::NOT_FOUND
+        ))
+        .await
+    );
+
+    site.file("www/blog/index.html", "blog home")?;
+    assert!(eventually(WAIT, || text_is(&server, "/blog/", "blog home")).await);
+    assert!(
+        eventually(WAIT, || status_is(
+            &server,
+            "/blog",
+            StatusCode::MOVED_PERMANENTLY
+        ))
+        .await
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn editor_save_patterns_end_in_the_right_content() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("www/doc.txt", "original")?;
+    let server = start(&site, "").await?;
+    // Write to a temporary file, then rename over the original (vim, most IDEs).
+    site.file("www/.doc.txt.swp", "renamed into place")?;
+    std::fs::rename(
+        site.path().join("www/.doc.txt.swp"),
+        site.path().join("www/doc.txt"),
+    )?;
+    assert!(eventually(WAIT, || text_is(&server, "/doc.txt", "renamed into place")).await);
+    // Truncate, then write in several pieces.
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(site.path().join("www/doc.txt"))?;
+        for piece in ["in ", "several ", "pieces"] {
+            f.write_all(piece.as_bytes())?;
+            f.flush()?;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    assert!(eventually(WAIT, || text_is(&server, "/doc.txt", "in several pieces")).await);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_servlet_replaced_50_times_under_load_never_fails_a_request() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("servlets/live.wasm", version("v00"))?;
+    let server = std::sync::Arc::new(start(&site, "").await?);
+    assert_eq!(server.get("/live").await?.text(), "v00");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = {
+        let (server, stop) = (server.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut ok, mut failed, mut last, mut backwards) = (0u32, Vec::new(), 0u32, 0u32);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && tokio::time::Instant::now() < deadline
+            {
+                match server.get("/live").await {
+                    Ok(r) if r.status == StatusCode::OK && r.text().starts_with('v') => {
+                        let n: u32 = r.text()[1..].parse().unwrap_or(0);
+                        if n < last {
+                            backwards += 1;
+                        }
+                        last = last.max(n);
+                        ok += 1;
+                    }
+                    Ok(r) => failed.push(format!("{} {}", r.status, r.text())),
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            (ok, failed, last, backwards)
+        })
+    };
+    for n in 1..=50u32 {
+        let text = format!("v{n:02}");
+        // A plain (non-atomic) write: swan may see the file half-written.
+        std::fs::write(site.path().join("servlets/live.wasm"), version(&text))?;
+        assert!(
+            eventually(WAIT, || text_is(&server, "/live", &text)).await,
+            "version {n} never went live"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed, last, backwards) = client.await?;
+    assert!(
+        failed.is_empty(),
+        "{} failed requests: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert_eq!(last, 50);
+    assert_eq!(
+        backwards, 0,
+        "a request after a swap was served by an older version"
+    );
+    assert!(ok > 50, "only {ok} requests made");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_truncated_or_invalid_wasm_keeps_the_working_version() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("servlets/app.wasm", version("good one"))?;
+    let server = start(&site, "").await?;
+    assert_eq!(server.get("/app").await?.text(), "good one");
+    let mut broken = version("broken");
+    broken.truncate(broken.len() / 2);
+    site.file("servlets/app.wasm", &broken)?;
+    // The reload happens, is refused, and the old version keeps serving.
+    assert!(
+        eventually(WAIT, || async {
+            server
+                .app()
+                .sites
+                .load()
+                .iter()
+                .any(|s| s.refused.iter().any(|r| r.kept_previous))
+        })
+        .await
+    );
+    assert_eq!(server.get("/app").await?.text(), "good one");
+    // Fixing the file deploys it.
+    site.file("servlets/app.wasm", version("fixed"))?;
+    assert!(eventually(WAIT, || text_is(&server, "/app", "fixed")).await);
+    Ok(())
+}
+
+#[tokio::test]
+async fn new_servlets_go_live_and_removed_ones_give_back_the_static_files() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("www/tool/index.html", "static tool page")?;
+    let server = start(&site, "").await?;
+    assert_eq!(server.get("/tool/").await?.text(), "static tool page");
+    site.file("servlets/tool.wasm", version("dynamic tool"))?;
+    assert!(eventually(WAIT, || text_is(&server, "/tool/", "dynamic tool")).await);
+    std::fs::remove_file(site.path().join("servlets/tool.wasm"))?;
+    assert!(eventually(WAIT, || text_is(&server, "/tool/", "static tool page")).await);
+    assert!(
+        eventually(WAIT, || status_is(
+            &server,
+            "/tool/x",
+            StatusCode::NOT_FOUND
+        ))
+        .await
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn configuration_changes_apply_and_invalid_ones_are_refused() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("www/a.txt", "a")?;
+    let server = start(&site, "").await?;
+    assert_eq!(server.get("/a.txt").await?.header("cache-control"), "");
+    std::fs::write(
+        site.path().join("swan.toml"),
+        "[[site]]\nroot = \"www\"\nservlets = \"servlets\"\ncache_control = \"max-age=42\"\n",
+    )?;
+    assert!(
+        eventually(WAIT, || async {
+            server
+                .get("/a.txt")
+                .await
+                .is_ok_and(|r| r.header("cache-control") == "max-age=42")
+        })
+        .await
+    );
+    // An invalid file is refused whole; the previous configuration stays.
+    std::fs::write(
+        site.path().join("swan.toml"),
+        "[[site]]\nroot = \"www\"\ncache_control = 5\nbogus = 1\n",
+    )?;
+    server.reload_config();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        server.get("/a.txt").await?.header("cache-control"),
+        "max-age=42"
+    );
+    // SIGHUP (here: the same call the signal handler makes) reads it again.
+    std::fs::write(
+        site.path().join("swan.toml"),
+        "[[site]]\nroot = \"www\"\nservlets = \"servlets\"\ncache_control = \"no-cache\"\n",
+    )?;
+    server.reload_config();
+    assert!(
+        eventually(WAIT, || async {
+            server
+                .get("/a.txt")
+                .await
+                .is_ok_and(|r| r.header("cache-control") == "no-cache")
+        })
+        .await
+    );
+    Ok(())
+}
