@@ -99,16 +99,20 @@ impl App {
         let site = sites.for_host(host);
         if !site.routes.is_empty()
             && let Ok(normalized) = path::normalize(req.uri().path())
-            && let Some((servlet, path_info)) = site.routes.find(&normalized)
         {
-            let (servlet, path, path_info) = (
-                servlet.clone(),
-                normalized.to_string(),
-                path_info.to_owned(),
-            );
-            return self
-                .call_servlet(&servlet, req, declared_len, &path, &path_info, remote)
-                .await;
+            if let Some(failed) = site.routes.build_error(&normalized) {
+                return respond::build_failed(failed);
+            }
+            if let Some((servlet, path_info)) = site.routes.find(&normalized) {
+                let (servlet, path, path_info) = (
+                    servlet.clone(),
+                    normalized.to_string(),
+                    path_info.to_owned(),
+                );
+                return self
+                    .call_servlet(&servlet, req, declared_len, &path, &path_info, remote)
+                    .await;
+            }
         }
         static_files::respond(&site.cache, &req).await
     }

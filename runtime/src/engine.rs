@@ -42,6 +42,7 @@ pub enum EngineError {
 
 /// The engine, its linker, and its helper threads.
 pub struct Engine {
+    development: bool,
     engine: wasmtime::Engine,
     linker: Linker<Host>,
     prewarm: tokio::runtime::Handle,
@@ -114,6 +115,7 @@ impl Engine {
             })
             .map_err(EngineError::Thread)?;
         Ok(Arc::new(Engine {
+            development: server.development,
             engine,
             linker,
             prewarm,
@@ -121,6 +123,11 @@ impl Engine {
             stop,
             prewarm_stop: Some(prewarm_stop),
         }))
+    }
+
+    /// Whether the server runs in development mode.
+    pub fn development(&self) -> bool {
+        self.development
     }
 
     /// The wasmtime engine.

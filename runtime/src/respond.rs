@@ -88,3 +88,29 @@ pub fn servlet_error(e: &crate::servlet::ServletError) -> Response<Body> {
         ServletError::Fault(_) => internal_error(),
     }
 }
+
+/// Development mode only: a servlet's source failed to build; show the
+/// compiler's output, escaped.
+pub fn build_failed(e: &crate::servlet::build::BuildError) -> Response<Body> {
+    let escaped = e
+        .output
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let page = format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Build failed: {name}</title>\
+         <style>body{{font:15px system-ui;margin:2rem}}pre{{background:#1d2330;color:#f3f4f8;padding:1rem;overflow:auto}}</style></head>\
+         <body><h1>Servlet <code>{name}</code> failed to build</h1><p>swan keeps serving the previous version in production mode. \
+         Fix the source and save: it is rebuilt and deployed.</p><pre>{escaped}</pre></body></html>\n",
+        name = e.name
+    );
+    let mut res = Response::new(Body::full(Bytes::from(page)));
+    *res.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}

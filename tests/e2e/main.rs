@@ -6,5 +6,6 @@ mod examples;
 mod http;
 mod reload;
 mod servlets;
+mod sources;
 mod static_files;
 mod vhosts;

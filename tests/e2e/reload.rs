@@ -260,3 +260,41 @@ async fn configuration_changes_apply_and_invalid_ones_are_refused() -> Result<()
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn compiled_code_is_cached_on_disk_for_restarts_and_reverts() -> Result<()> {
+    let site = TestSite::new()?;
+    let nonce = format!("cache-{}-{}", std::process::id(), site.path().display());
+    site.file(
+        "servlets/cached.wasm",
+        version(&nonce.replace(['/', '.'], "_")),
+    )?;
+    let dir = swan::engine::cache_dir()
+        .expect("a cache folder")
+        .join("wasmtime");
+    let count = |d: &std::path::Path| walk_count(d);
+    let before = count(&dir);
+    let server = start(&site, "").await?;
+    assert_eq!(server.get("/cached").await?.status, StatusCode::OK);
+    assert!(
+        eventually(WAIT, || async { count(&dir) > before }).await,
+        "no compiled code was written under {}",
+        dir.display()
+    );
+    Ok(())
+}
+
+fn walk_count(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| {
+            if e.path().is_dir() {
+                walk_count(&e.path())
+            } else {
+                1
+            }
+        })
+        .sum()
+}

@@ -120,6 +120,9 @@ pub struct ServerConfig {
     pub drain_timeout: Duration,
     /// Servlet instances that may exist at once. Default: 1000.
     pub max_instances: u32,
+    /// Development mode: a servlet whose source fails to build answers with
+    /// the compiler's output. Default: false (production).
+    pub development: bool,
 }
 
 /// Limits and behaviour of a servlet (`[site.servlet]` defaults, or a
@@ -558,6 +561,7 @@ impl ServerConfig {
         "max_connections",
         "drain_timeout",
         "max_instances",
+        "mode",
     ];
 
     /// Built-in defaults.
@@ -577,6 +581,7 @@ impl ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS as usize,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             max_instances: DEFAULT_MAX_INSTANCES as u32,
+            development: false,
         }
     }
 
@@ -668,6 +673,18 @@ impl ServerConfig {
                 );
             } else {
                 s.max_connections = *n.get_ref() as usize;
+            }
+        }
+        if let Some(v) = t.string(diag, "mode") {
+            match v.get_ref().as_str() {
+                "production" => s.development = false,
+                "development" => s.development = true,
+                other => diag.error(
+                    v.span(),
+                    "server.mode",
+                    format!("unknown mode {other:?}"),
+                    Some("use \"production\" (default) or \"development\"".to_owned()),
+                ),
             }
         }
         if let Some(n) = t.uint(diag, "max_instances", 100_000) {

@@ -12,6 +12,7 @@
 //! only takes one from a lock-free queue.
 
 pub(crate) mod abi;
+pub mod build;
 pub(crate) mod host;
 mod module;
 mod routes;

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::build::{self, BuildError};
 use super::{Info, LoadError, Servlet};
 use crate::config::{RoutePath, SiteConfig};
 use crate::engine::Engine;
@@ -17,6 +18,8 @@ pub enum RouteOrigin {
     Config,
     /// A `.wasm` file in the site's servlets folder.
     Folder,
+    /// A source folder (Rust or C) in the servlets folder, built by swan.
+    Source,
 }
 
 /// One servlet route.
@@ -39,6 +42,18 @@ pub struct Routes {
     /// Longest prefix first.
     prefixes: Vec<(String, Arc<Servlet>)>,
     all: Vec<Route>,
+    /// Source folders built so far: what their sources looked like, and
+    /// how the last build went.
+    builds: HashMap<String, BuildRecord>,
+    /// In development mode: routes whose last build failed, answered with
+    /// the compiler's output.
+    build_errors: Vec<(String, Arc<BuildError>)>,
+}
+
+#[derive(Debug, Clone)]
+struct BuildRecord {
+    stamp: (u64, u64, u128),
+    error: Option<Arc<BuildError>>,
 }
 
 /// A servlet that could not be loaded (the rest of the site still is).
@@ -78,7 +93,42 @@ impl Routes {
                 RouteOrigin::Config,
             ));
         }
+        let mut builds = HashMap::new();
+        let mut build_errors = Vec::new();
         if let Some(dir) = &site.servlets {
+            for source in build::find(dir) {
+                let stamp = build::stamp(&source.dir);
+                let record = match previous.and_then(|p| p.builds.get(&source.name)) {
+                    Some(r) if r.stamp == stamp => r.clone(),
+                    _ => BuildRecord {
+                        stamp,
+                        error: build::build(&source, dir).err().map(|e| {
+                            tracing::error!(servlet = %source.name, "build failed; the previous version (if any) keeps serving");
+                            Arc::new(e)
+                        }),
+                    },
+                };
+                if let Some(error) = &record.error
+                    && engine.development()
+                {
+                    build_errors.push((format!("/{}", source.name), error.clone()));
+                }
+                let file = build::out_dir(dir).join(format!("{}.wasm", source.name));
+                let path = RoutePath::Prefix(format!("/{}", source.name));
+                if file.is_file() && !planned.iter().any(|(p, ..)| *p == path) {
+                    planned.push((
+                        path,
+                        Info {
+                            name: source.name.clone(),
+                            file,
+                            limits: site.servlet_limits.clone(),
+                            settings: Vec::new(),
+                        },
+                        RouteOrigin::Source,
+                    ));
+                }
+                builds.insert(source.name, record);
+            }
             for (name, file) in folder_servlets(dir) {
                 let path = RoutePath::Prefix(format!("/{name}"));
                 if planned.iter().any(|(p, ..)| *p == path) {
@@ -98,7 +148,11 @@ impl Routes {
         }
         // Reuse what has not changed; compile the rest in parallel (each
         // module's compilation is independent).
-        let mut routes = Routes::default();
+        let mut routes = Routes {
+            builds,
+            build_errors,
+            ..Routes::default()
+        };
         let mut refused = Vec::new();
         let mut to_load = Vec::new();
         for (path, info, origin) in planned {
@@ -124,7 +178,13 @@ impl Routes {
                 .into_iter()
                 .map(|(path, info, origin, stamp, old)| {
                     let file = info.file.clone();
-                    let handle = scope.spawn(move || Servlet::load(engine, info));
+                    let log_file = file.clone();
+                    let handle = scope.spawn(move || {
+                        let started = std::time::Instant::now();
+                        let loaded = Servlet::load(engine, info);
+                        tracing::debug!(file = %log_file.display(), took_ms = started.elapsed().as_millis() as u64, "servlet compiled and checked");
+                        loaded
+                    });
                     (path, origin, stamp, old, file, handle)
                 })
                 .collect();
@@ -186,7 +246,7 @@ impl Routes {
     /// Whether the site has no servlet at all (the common static-only case).
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.all.is_empty()
+        self.all.is_empty() && self.build_errors.is_empty()
     }
 
     /// The servlet for a normalised path, and the part of the path after
@@ -206,6 +266,24 @@ impl Routes {
             let rest = trimmed.strip_prefix(prefix.as_str())?;
             (rest.is_empty() || rest.starts_with('/')).then(|| (servlet, &path[prefix.len()..]))
         })
+    }
+
+    /// The last build of source folder `name`, if it failed (in any mode).
+    pub fn failed_build(&self, name: &str) -> Option<&BuildError> {
+        self.builds.get(name).and_then(|r| r.error.as_deref())
+    }
+
+    /// In development mode, the failed build answering `path`, if any.
+    pub fn build_error(&self, path: &str) -> Option<&BuildError> {
+        self.build_errors
+            .iter()
+            .find(|(prefix, _)| {
+                path == prefix
+                    || path
+                        .strip_prefix(prefix.as_str())
+                        .is_some_and(|r| r.starts_with('/'))
+            })
+            .map(|(_, e)| &**e)
     }
 
     /// Every route, in load order.

@@ -1,0 +1,254 @@
+//! Servlet sources: a folder in a servlets folder holding a `Cargo.toml`
+//! (Rust, built for `wasm32-wasip1`) or `.c` files (C, built with clang and
+//! wasi-libc) is built by swan at start and whenever its sources change.
+//! The result lands in `SERVLETS/target/swan/NAME.wasm` and is deployed like
+//! any dropped-in module. Build output streams to the log, tagged with the
+//! servlet's name.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// `swan.h`, written next to C sources' build so they need no SDK checkout.
+const SWAN_H: &str = include_str!("../../../guest-sdk/c/swan.h");
+
+/// How a source folder is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    /// A Cargo package with a `cdylib` target.
+    Rust,
+    /// `.c` files.
+    C,
+}
+
+/// A servlet source folder.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// The route name (the folder name).
+    pub name: String,
+    /// The folder.
+    pub dir: PathBuf,
+    /// How it is built.
+    pub kind: SourceKind,
+}
+
+/// A build that failed, with what the compiler said.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("build of servlet {name} failed")]
+pub struct BuildError {
+    /// The servlet.
+    pub name: String,
+    /// Compiler output (stdout and stderr).
+    pub output: String,
+}
+
+/// The folder where built modules go.
+pub(crate) fn out_dir(servlets: &Path) -> PathBuf {
+    servlets.join("target").join("swan")
+}
+
+/// Source folders of a servlets folder.
+pub(crate) fn find(servlets: &Path) -> Vec<Source> {
+    let Ok(entries) = std::fs::read_dir(servlets) else {
+        return Vec::new();
+    };
+    let mut found: Vec<Source> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .filter_map(|dir| {
+            let name = dir.file_name()?.to_str()?.to_owned();
+            if name == "target" || !super::routes::is_url_segment(&name) {
+                return None;
+            }
+            let kind = if dir.join("Cargo.toml").is_file() {
+                SourceKind::Rust
+            } else if c_files(&dir).next().is_some() {
+                SourceKind::C
+            } else {
+                return None;
+            };
+            Some(Source { name, dir, kind })
+        })
+        .collect();
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    found
+}
+
+fn c_files(dir: &Path) -> impl Iterator<Item = PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "c"))
+}
+
+/// A summary of the source files (count, total size, newest mtime), so a
+/// reload rebuilds only folders whose sources changed. Build output
+/// (`target/`) and hidden files are left out.
+pub(crate) fn stamp(dir: &Path) -> (u64, u64, u128) {
+    let mut acc = (0, 0, 0);
+    fn walk(dir: &Path, acc: &mut (u64, u64, u128)) {
+        for entry in std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+        {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || name == "target" {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                walk(&entry.path(), acc);
+            } else {
+                let mtime = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_nanos());
+                acc.0 += 1;
+                acc.1 += meta.len();
+                acc.2 = acc.2.max(mtime);
+            }
+        }
+    }
+    walk(dir, &mut acc);
+    acc
+}
+
+/// Builds `source` into `out_dir(servlets)/NAME.wasm` (replaced only by a
+/// successful build).
+pub(crate) fn build(source: &Source, servlets: &Path) -> Result<PathBuf, BuildError> {
+    let out = out_dir(servlets);
+    let fail = |output: String| BuildError {
+        name: source.name.clone(),
+        output,
+    };
+    std::fs::create_dir_all(&out)
+        .map_err(|e| fail(format!("cannot create {}: {e}", out.display())))?;
+    let target = out.join(format!("{}.wasm", source.name));
+    let staging = out.join(format!("{}.wasm.building", source.name));
+    tracing::info!(servlet = %source.name, dir = %source.dir.display(), kind = ?source.kind, "building servlet");
+    let built = match source.kind {
+        SourceKind::Rust => {
+            let target_dir = servlets.join("target").join("cargo");
+            let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+            cmd.current_dir(&source.dir)
+                .args([
+                    "build",
+                    "--release",
+                    "--target",
+                    "wasm32-wasip1",
+                    "--color",
+                    "never",
+                    "--manifest-path",
+                ])
+                .arg(source.dir.join("Cargo.toml"))
+                .arg("--target-dir")
+                .arg(&target_dir);
+            run(&source.name, cmd).map_err(fail)?;
+            let artefact = rust_artefact(&source.dir).map_err(fail)?;
+            target_dir
+                .join("wasm32-wasip1")
+                .join("release")
+                .join(artefact)
+        }
+        SourceKind::C => {
+            let include = out.join("include");
+            std::fs::create_dir_all(&include)
+                .and_then(|()| std::fs::write(include.join("swan.h"), SWAN_H))
+                .map_err(|e| fail(format!("cannot write swan.h: {e}")))?;
+            let mut cmd = Command::new("clang");
+            cmd.current_dir(&source.dir)
+                .args([
+                    "--target=wasm32-wasi",
+                    "-O2",
+                    "-mexec-model=reactor",
+                    "-fdiagnostics-color=never",
+                ])
+                .arg("-I")
+                .arg(&include)
+                .arg("-o")
+                .arg(&staging)
+                .args(c_files(&source.dir));
+            run(&source.name, cmd).map_err(fail)?;
+            staging.clone()
+        }
+    };
+    // Copy, then rename: the deployed file is never half-written.
+    if built != staging {
+        std::fs::copy(&built, &staging)
+            .map_err(|e| fail(format!("cannot copy {}: {e}", built.display())))?;
+    }
+    std::fs::rename(&staging, &target)
+        .map_err(|e| fail(format!("cannot install {}: {e}", target.display())))?;
+    tracing::info!(servlet = %source.name, file = %target.display(), "servlet built");
+    Ok(target)
+}
+
+/// Runs a build command, logging its output line by line as it comes.
+fn run(name: &str, mut cmd: Command) -> Result<(), String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "cannot run {:?}: {e} (is the toolchain installed?)",
+                cmd.get_program()
+            )
+        })?;
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let collect = |stream: Option<Box<dyn std::io::Read + Send>>, name: String| {
+        std::thread::spawn(move || {
+            let mut all = String::new();
+            if let Some(s) = stream {
+                for line in BufReader::new(s).lines().map_while(Result::ok) {
+                    tracing::info!(servlet = %name, "build: {line}");
+                    all.push_str(&line);
+                    all.push('\n');
+                }
+            }
+            all
+        })
+    };
+    let out = collect(
+        stdout.map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        name.to_owned(),
+    );
+    let err = collect(
+        stderr.map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        name.to_owned(),
+    );
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let output = format!(
+        "{}{}",
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default()
+    );
+    if status.success() {
+        Ok(())
+    } else {
+        Err(output)
+    }
+}
+
+/// The `.wasm` file name cargo produces for the package in `dir`.
+fn rust_artefact(dir: &Path) -> Result<String, String> {
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).map_err(|e| e.to_string())?;
+    let doc: toml::Table = manifest
+        .parse()
+        .map_err(|e: toml::de::Error| e.to_string())?;
+    let name = doc
+        .get("lib")
+        .and_then(|l| l.get("name"))
+        .or_else(|| doc.get("package").and_then(|p| p.get("name")))
+        .and_then(|n| n.as_str())
+        .ok_or("Cargo.toml has no package name")?;
+    Ok(format!("{}.wasm", name.replace('-', "_")))
+}

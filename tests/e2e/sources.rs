@@ -1,0 +1,151 @@
+//! Servlet sources (G-WAN's edit-and-reload, safely): C and Rust folders in
+//! a servlets folder are built by swan at start and rebuilt on change; a
+//! failed build keeps the old version, and in development mode the route
+//! shows the compiler's errors.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use http::StatusCode;
+use swan_tests::{TestServer, TestSite, eventually};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+fn c_source(text: &str) -> String {
+    format!(
+        "#include \"swan.h\"\nstatic int handle(void) {{ swan_print(\"{text}\"); return 0; }}\nSWAN_SERVLET(handle)\n"
+    )
+}
+
+async fn start(site: &TestSite, mode: &str) -> Result<TestServer> {
+    swan_tests::init_logs();
+    site.dir("www")?;
+    site.dir("servlets")?;
+    let config = site.config(&format!(
+        "[server]\nmode = \"{mode}\"\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n"
+    ))?;
+    TestServer::start_watching(config).await
+}
+
+async fn answer(server: &TestServer, path: &str) -> (StatusCode, String) {
+    match server.get(path).await {
+        Ok(r) => (r.status, r.text()),
+        Err(e) => (StatusCode::IM_A_TEAPOT, e.to_string()),
+    }
+}
+
+#[tokio::test]
+async fn a_c_folder_is_built_at_start_rebuilt_on_change_and_a_broken_build_keeps_the_old_version()
+-> Result<()> {
+    let site = TestSite::new()?;
+    site.file("servlets/greet/main.c", c_source("C version 1"))?;
+    let server = start(&site, "production").await?;
+    assert_eq!(
+        answer(&server, "/greet").await,
+        (StatusCode::OK, "C version 1".to_owned())
+    );
+    site.file("servlets/greet/main.c", c_source("C version 2"))?;
+    assert!(
+        eventually(WAIT, || async {
+            answer(&server, "/greet").await.1 == "C version 2"
+        })
+        .await
+    );
+    // A syntax error: the build fails, version 2 keeps serving.
+    site.file("servlets/greet/main.c", "int broken( {")?;
+    assert!(
+        eventually(WAIT, || async {
+            server.app().sites.load().iter().any(|s| {
+                s.routes
+                    .failed_build("greet")
+                    .is_some_and(|e| e.output.contains("error"))
+            })
+        })
+        .await
+    );
+    assert_eq!(
+        answer(&server, "/greet").await,
+        (StatusCode::OK, "C version 2".to_owned())
+    );
+    // Production mode never shows compiler output.
+    assert!(
+        server
+            .app()
+            .sites
+            .load()
+            .iter()
+            .all(|s| s.routes.build_error("/greet").is_none())
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn in_development_mode_a_failed_build_shows_the_compiler_errors() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("servlets/page/main.c", c_source("working"))?;
+    let server = start(&site, "development").await?;
+    assert_eq!(answer(&server, "/page").await.1, "working");
+    site.file(
+        "servlets/page/main.c",
+        "int main(void) { return undefined_thing; }\n",
+    )?;
+    assert!(
+        eventually(WAIT, || async {
+            let (status, text) = answer(&server, "/page/sub").await;
+            status == StatusCode::INTERNAL_SERVER_ERROR
+                && text.contains("undefined_thing")
+                && text.contains("failed to build")
+        })
+        .await
+    );
+    site.file("servlets/page/main.c", c_source("repaired"))?;
+    assert!(
+        eventually(WAIT, || async {
+            answer(&server, "/page").await.1 == "repaired"
+        })
+        .await
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_rust_crate_folder_is_built_and_its_compile_errors_shown_in_development() -> Result<()> {
+    let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../guest-sdk")
+        .canonicalize()?;
+    let site = TestSite::new()?;
+    site.file(
+        "servlets/rusty/Cargo.toml",
+        format!(
+            "[package]\nname = \"rusty-servlet\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lib]\ncrate-type = [\"cdylib\"]\n\n\
+             [dependencies]\nswan-guest = {{ path = {:?} }}\n\n[workspace]\n",
+            sdk.display().to_string()
+        ),
+    )?;
+    let lib = |body: &str| {
+        format!(
+            "use swan_guest::{{Request, Response}};\nfn handle(_req: Request) -> Response {{ {body} }}\nswan_guest::servlet!(handle);\n"
+        )
+    };
+    site.file(
+        "servlets/rusty/src/lib.rs",
+        lib("Response::text(\"from rust source\")"),
+    )?;
+    let server = start(&site, "development").await?;
+    assert_eq!(
+        answer(&server, "/rusty").await,
+        (StatusCode::OK, "from rust source".to_owned())
+    );
+    site.file(
+        "servlets/rusty/src/lib.rs",
+        lib("Response::text(not_defined_anywhere)"),
+    )?;
+    assert!(
+        eventually(WAIT, || async {
+            let (status, text) = answer(&server, "/rusty").await;
+            status == StatusCode::INTERNAL_SERVER_ERROR && text.contains("not_defined_anywhere")
+        })
+        .await
+    );
+    Ok(())
+}
