@@ -67,6 +67,8 @@ pub struct Servlet {
     permits: Semaphore,
     /// Wakes the refill task after an instance was taken.
     refill: Arc<Notify>,
+    /// Refills running on workers right now.
+    refilling: AtomicU64,
 }
 
 impl std::fmt::Debug for Servlet {
@@ -119,6 +121,7 @@ impl Servlet {
             permits: Semaphore::new(info.limits.max_concurrency as usize),
             ready: ArrayQueue::new(capacity),
             refill: Arc::new(Notify::new()),
+            refilling: AtomicU64::new(0),
             pre: compiled.pre,
             info,
         });
@@ -159,9 +162,7 @@ impl Servlet {
                 .await
                 .map_err(|e| self.fault("instantiation failed", &e))?,
         };
-        if self.info.limits.prewarm > 0 {
-            self.refill.notify_one();
-        }
+        self.schedule_refill();
         let id = REQUEST_IDS.fetch_add(1, Ordering::Relaxed);
         {
             let host = ready.store.data_mut();
@@ -231,6 +232,37 @@ impl Servlet {
             let _ = self.ready.push(ready);
         }
         Ok(build_response(response))
+    }
+
+    /// Tops the ready queue up after an instance was taken: on this
+    /// worker's own runtime, as a separate task that runs once the current
+    /// request has its response, so neither the request nor another thread
+    /// (a wake-up and a context switch per request) pays for it.
+    fn schedule_refill(self: &Arc<Self>) {
+        let prewarm = self.info.limits.prewarm as u64;
+        if prewarm == 0 {
+            return;
+        }
+        let pending = self.ready.len() as u64 + self.refilling.load(Ordering::Relaxed);
+        if pending >= prewarm {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.refill.notify_one();
+            return;
+        };
+        self.refilling.fetch_add(1, Ordering::Relaxed);
+        let servlet = self.clone();
+        runtime.spawn(async move {
+            tokio::task::yield_now().await;
+            match instantiate(&servlet.pre, servlet.info.clone()).await {
+                Ok(ready) => {
+                    let _ = servlet.ready.push(ready);
+                }
+                Err(e) => tracing::warn!(servlet = %servlet.info.name, error = %format!("{e:#}"), "pre-instantiation failed"),
+            }
+            servlet.refilling.fetch_sub(1, Ordering::Relaxed);
+        });
     }
 
     fn fault(&self, what: &str, e: &wasmtime::Error) -> ServletError {
