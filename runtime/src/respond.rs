@@ -12,10 +12,17 @@ use crate::body::Body;
 /// A small HTML page for `status`, with `title` as its text.
 pub fn simple(status: StatusCode, title: &str) -> Response<Body> {
     let code = status.as_u16();
-    let page = format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{code} {title}</title></head>\
-         <body><h1>{code} {title}</h1><hr><p>swan</p></body></html>\n"
-    );
+    html_page(
+        status,
+        format!(
+            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{code} {title}</title></head>\
+             <body><h1>{code} {title}</h1><hr><p>swan</p></body></html>\n"
+        ),
+    )
+}
+
+/// An uncacheable HTML response.
+fn html_page(status: StatusCode, page: String) -> Response<Body> {
     let mut res = Response::new(Body::full(Bytes::from(page)));
     *res.status_mut() = status;
     res.headers_mut().insert(
@@ -104,13 +111,5 @@ pub fn build_failed(e: &crate::servlet::build::BuildError) -> Response<Body> {
          Fix the source and save: it is rebuilt and deployed.</p><pre>{escaped}</pre></body></html>\n",
         name = e.name
     );
-    let mut res = Response::new(Body::full(Bytes::from(page)));
-    *res.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    res.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    res
+    html_page(StatusCode::INTERNAL_SERVER_ERROR, page)
 }

@@ -206,6 +206,14 @@ impl ConnState {
         }
     }
 
+    fn touch_write(&self, result: &Poll<io::Result<usize>>) {
+        if let Poll::Ready(Ok(n)) = result
+            && *n > 0
+        {
+            self.activity_ms.store(clock::now_ms(), Ordering::Relaxed);
+        }
+    }
+
     fn touch_read(&self) {
         let now = clock::now_ms().max(1);
         self.activity_ms.store(now, Ordering::Relaxed);
@@ -268,13 +276,7 @@ impl AsyncWrite for WatchedIo {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let result = Pin::new(&mut this.inner).poll_write(cx, data);
-        if let Poll::Ready(Ok(n)) = result
-            && n > 0
-        {
-            this.state
-                .activity_ms
-                .store(clock::now_ms(), Ordering::Relaxed);
-        }
+        this.state.touch_write(&result);
         result
     }
 
@@ -285,13 +287,7 @@ impl AsyncWrite for WatchedIo {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = result
-            && n > 0
-        {
-            this.state
-                .activity_ms
-                .store(clock::now_ms(), Ordering::Relaxed);
-        }
+        this.state.touch_write(&result);
         result
     }
 

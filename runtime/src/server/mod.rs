@@ -62,21 +62,12 @@ pub async fn serve(
         RuntimeModel::PerCore => {
             for w in 0..workers {
                 let sockets = sockets_for(&listeners, w).map_err(ServeError::Runtime)?;
-                let (app, rx, connections) = (app.clone(), rx.clone(), connections.clone());
-                let (done_tx, done_rx) = oneshot::channel();
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
                     .map_err(ServeError::Runtime)?;
-                std::thread::Builder::new()
-                    .name(format!("swan-worker-{w}"))
-                    .spawn(move || {
-                        runtime.block_on(worker(app, sockets, rx, connections));
-                        drop(runtime);
-                        let _ = done_tx.send(());
-                    })
-                    .map_err(ServeError::Runtime)?;
-                done.push(done_rx);
+                let work = worker(app.clone(), sockets, rx.clone(), connections.clone());
+                done.push(run_on_thread(format!("swan-worker-{w}"), runtime, work)?);
             }
         }
         RuntimeModel::Shared => {
@@ -87,16 +78,8 @@ pub async fn serve(
                 .enable_all()
                 .build()
                 .map_err(ServeError::Runtime)?;
-            let (done_tx, done_rx) = oneshot::channel();
-            std::thread::Builder::new()
-                .name("swan-main".to_owned())
-                .spawn(move || {
-                    runtime.block_on(worker(app, sockets, rx, connections));
-                    drop(runtime);
-                    let _ = done_tx.send(());
-                })
-                .map_err(ServeError::Runtime)?;
-            done.push(done_rx);
+            let work = worker(app, sockets, rx, connections);
+            done.push(run_on_thread("swan-main".to_owned(), runtime, work)?);
         }
     }
     shutdown.await;
@@ -106,6 +89,25 @@ pub async fn serve(
         let _ = d.await;
     }
     Ok(())
+}
+
+/// Runs `work` to completion on `runtime` in a thread of its own; the
+/// receiver fires when the runtime (and every task left on it) is gone.
+fn run_on_thread(
+    name: String,
+    runtime: tokio::runtime::Runtime,
+    work: impl Future<Output = ()> + Send + 'static,
+) -> Result<oneshot::Receiver<()>, ServeError> {
+    let (done_tx, done_rx) = oneshot::channel();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            runtime.block_on(work);
+            drop(runtime);
+            let _ = done_tx.send(());
+        })
+        .map_err(ServeError::Runtime)?;
+    Ok(done_rx)
 }
 
 /// The sockets worker `w` accepts on: its own socket of each group, or a
