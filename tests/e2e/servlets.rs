@@ -434,3 +434,41 @@ async fn modules_that_break_the_contract_are_refused_at_load_with_the_reason() -
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn an_exhausted_instance_pool_answers_503_not_500() -> Result<()> {
+    swan_tests::init_logs();
+    let looping = servlet("", "(loop $l (br $l)) i32.const 0", "");
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    site.file("servlets/loop.wasm", &looping)?;
+    // Two slots in the whole process: one running request, one left...
+    let config = site.config(
+        "[server]\nmax_instances = 2\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nprewarm = 0\ntimeout = \"800ms\"\n",
+    )?;
+    let server = TestServer::start(config).await?;
+    let url = server.url("/loop");
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let running: Vec<_> = (0..2)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move {
+                client
+                    .request(Request::get(url).body(Full::default())?)
+                    .await
+                    .map_err(anyhow::Error::from)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // ...and a third request finds no slot.
+    let r = server.get("/loop").await?;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.header("retry-after"), "1");
+    for t in running {
+        assert_eq!(t.await??.status(), StatusCode::GATEWAY_TIMEOUT);
+    }
+    assert_eq!(server.get("/").await?.text(), "home");
+    Ok(())
+}

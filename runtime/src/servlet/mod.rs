@@ -158,9 +158,19 @@ impl Servlet {
         };
         let mut ready = match self.ready.pop() {
             Some(r) => r,
-            None => instantiate(&self.pre, self.info.clone())
-                .await
-                .map_err(|e| self.fault("instantiation failed", &e))?,
+            None => match instantiate(&self.pre, self.info.clone()).await {
+                Ok(r) => r,
+                // Every slot of the process-wide pool is taken: the server
+                // is busy, not the servlet broken.
+                Err(e)
+                    if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+                        .is_some() =>
+                {
+                    tracing::warn!(servlet = %self.info.name, "no free instance slot (server.max_instances)");
+                    return Err(ServletError::Busy);
+                }
+                Err(e) => return Err(self.fault("instantiation failed", &e)),
+            },
         };
         self.schedule_refill();
         let id = REQUEST_IDS.fetch_add(1, Ordering::Relaxed);
