@@ -19,8 +19,12 @@ use std::time::{Duration, Instant};
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecursiveMode, Watcher};
 
+use std::collections::HashSet;
+
 use crate::app::App;
 use crate::config::{Config, Overrides};
+use crate::engine::Tier;
+use crate::servlet::Servlet;
 use crate::site::{Refresh, Site, Sites};
 
 /// A batch of events closes after this long without a new one.
@@ -56,6 +60,12 @@ pub enum ReloadError {
 enum Msg {
     Fs(notify::Result<notify::Event>),
     Config,
+    /// Cranelift finished compiling a servlet that went live on the
+    /// baseline compiler.
+    TierUp {
+        old: Arc<Servlet>,
+        new: Arc<Servlet>,
+    },
     Stop,
 }
 
@@ -191,7 +201,7 @@ impl Batch {
                 self.config = true;
                 return;
             }
-            Msg::Stop => return,
+            Msg::Stop | Msg::TierUp { .. } => return,
             Msg::Fs(Err(e)) => {
                 tracing::warn!(error = %e, "file watcher error");
                 return;
@@ -233,9 +243,15 @@ fn run(
     rx: mpsc::Receiver<Msg>,
     tx: mpsc::Sender<Msg>,
 ) {
+    let mut tiering = HashSet::new();
     loop {
         let first = match rx.recv() {
             Ok(Msg::Stop) | Err(_) => return,
+            Ok(Msg::TierUp { old, new }) => {
+                tiering.remove(&(Arc::as_ptr(&old) as usize));
+                tier_up(&app, &old, &new);
+                continue;
+            }
             Ok(m) => m,
         };
         let mut batch = Batch::new(watched.sites.len());
@@ -244,6 +260,10 @@ fn run(
         loop {
             match rx.recv_timeout(QUIET) {
                 Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                Ok(Msg::TierUp { old, new }) => {
+                    tiering.remove(&(Arc::as_ptr(&old) as usize));
+                    tier_up(&app, &old, &new);
+                }
                 Ok(m) => batch.add(m, &watched),
                 Err(RecvTimeoutError::Timeout) => break,
             }
@@ -261,9 +281,63 @@ fn run(
                     Err(e) => tracing::error!("{e}; hot reload may miss changes until restart"),
                 }
             }
-            continue;
+        } else {
+            refresh_sites(&app, &batch.sites);
         }
-        refresh_sites(&app, &batch.sites);
+        schedule_tier_up(&app, &tx, &mut tiering);
+    }
+}
+
+/// Compiles every baseline-compiled servlet again with Cranelift, each on
+/// a thread of its own; the result comes back as `Msg::TierUp`.
+fn schedule_tier_up(app: &App, tx: &mpsc::Sender<Msg>, tiering: &mut HashSet<usize>) {
+    let Some(engine) = app.engine.clone() else {
+        return;
+    };
+    for site in app.sites.load().iter() {
+        for old in site.routes.baseline_servlets() {
+            if !tiering.insert(Arc::as_ptr(&old) as usize) {
+                continue;
+            }
+            let (engine, tx) = (engine.clone(), tx.clone());
+            let spawned = std::thread::Builder::new().name("swan-tier-up".to_owned()).spawn(move || {
+                match Servlet::load_tier(&engine, old.info().clone(), Tier::Optimized) {
+                    Ok(new) => {
+                        let _ = tx.send(Msg::TierUp { old, new });
+                    }
+                    Err(e) => tracing::warn!(servlet = %old.info().name, error = %e, "optimised compile failed; keeping baseline code"),
+                }
+            });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "cannot start an optimising compile");
+            }
+        }
+    }
+}
+
+/// Swaps an optimised servlet in for its baseline version, if that is still
+/// the one serving.
+fn tier_up(app: &App, old: &Arc<Servlet>, new: &Arc<Servlet>) {
+    let current = app.sites.load_full();
+    let mut swapped = false;
+    let sites = current
+        .iter()
+        .map(|site| match site.routes.with_servlet_replaced(old, new) {
+            Some(routes) => {
+                swapped = true;
+                Arc::new(Site {
+                    config: site.config.clone(),
+                    cache: site.cache.clone(),
+                    routes: Arc::new(routes),
+                    refused: site.refused.clone(),
+                })
+            }
+            None => site.clone(),
+        })
+        .collect();
+    if swapped {
+        app.sites.store(Arc::new(Sites::new(sites)));
+        tracing::info!(servlet = %new.info().name, "optimised code swapped in");
     }
 }
 

@@ -298,3 +298,49 @@ fn walk_count(dir: &std::path::Path) -> usize {
         })
         .sum()
 }
+
+#[tokio::test]
+async fn a_changed_servlet_goes_live_on_the_baseline_compiler_then_gets_optimised_code()
+-> Result<()> {
+    let site = TestSite::new()?;
+    site.file("servlets/tiered.wasm", version("first"))?;
+    let server = start(&site, "").await?;
+    let tier = |server: &TestServer| {
+        server
+            .app()
+            .sites
+            .load()
+            .iter()
+            .next()
+            .and_then(|s| s.routes.find("/tiered").map(|(s, _)| s.tier()))
+    };
+    // At start everything is compiled by Cranelift.
+    assert_eq!(tier(&server), Some(swan::engine::Tier::Optimized));
+    // The baseline compiler (Winch) handles these modules.
+    let engine = server.app().engine.clone().expect("engine");
+    let info = server
+        .app()
+        .sites
+        .load()
+        .iter()
+        .next()
+        .and_then(|s| s.routes.find("/tiered").map(|(s, _)| s.info().clone()));
+    let baseline = swan::servlet::Servlet::load_tier(
+        &engine,
+        info.expect("route"),
+        swan::engine::Tier::Baseline,
+    )?;
+    assert_eq!(baseline.tier(), swan::engine::Tier::Baseline);
+    site.file("servlets/tiered.wasm", version("second"))?;
+    assert!(eventually(WAIT, || text_is(&server, "/tiered", "second")).await);
+    // The new version is swapped for Cranelift code shortly after, and
+    // keeps answering the same throughout.
+    assert!(
+        eventually(WAIT, || async {
+            tier(&server) == Some(swan::engine::Tier::Optimized)
+        })
+        .await
+    );
+    assert_eq!(server.get("/tiered").await?.text(), "second");
+    Ok(())
+}

@@ -125,7 +125,9 @@ async fn a_rust_crate_folder_is_built_and_its_compile_errors_shown_in_developmen
     // Pin the toolchain (the one scripts/setup gave the wasm target), as a
     // user's crate would: outside this repository rustup would otherwise
     // pick the machine's default toolchain.
-    let pinned = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../rust-toolchain.toml"))?;
+    let pinned = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../rust-toolchain.toml"),
+    )?;
     site.file("servlets/rusty/rust-toolchain.toml", pinned)?;
     let lib = |body: &str| {
         format!(

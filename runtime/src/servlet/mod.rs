@@ -35,7 +35,7 @@ pub use routes::{Refused, Route, RouteOrigin, Routes};
 
 use crate::body::Body;
 use crate::config::ServletLimits;
-use crate::engine::{EPOCH_TICK, Engine};
+use crate::engine::{EPOCH_TICK, Engine, Tier};
 use host::{Host, RequestData, ResponseData};
 
 /// Extra time, past its own deadline, that a servlet blocked in a host call
@@ -45,7 +45,7 @@ const HOST_CALL_GRACE: Duration = Duration::from_millis(500);
 static REQUEST_IDS: AtomicU64 = AtomicU64::new(1);
 
 /// What a servlet is: shared by its instances.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Info {
     /// Name used in logs (the file stem).
     pub name: String,
@@ -60,6 +60,8 @@ pub struct Info {
 /// A loaded servlet with its instance pool.
 pub struct Servlet {
     info: Arc<Info>,
+    /// The compiler that made this servlet's code.
+    tier: Tier,
     pre: InstancePre<Host>,
     /// Instances ready to serve (fresh, or kept for reuse).
     ready: ArrayQueue<Ready>,
@@ -110,8 +112,24 @@ impl Servlet {
     /// Compiles, checks and links `info.file`, and starts keeping
     /// `prewarm` instances ready.
     pub fn load(engine: &Arc<Engine>, info: Info) -> Result<Arc<Servlet>, LoadError> {
+        Servlet::load_tier(engine, info, Tier::Optimized)
+    }
+
+    /// Like [`Servlet::load`], with the given compiler. A module the
+    /// baseline compiler cannot handle is compiled by Cranelift instead.
+    pub fn load_tier(
+        engine: &Arc<Engine>,
+        info: Info,
+        tier: Tier,
+    ) -> Result<Arc<Servlet>, LoadError> {
         let info = Arc::new(info);
-        let compiled = module::load(engine, &info.file, &info)?;
+        let compiled = match module::load(engine, &info.file, &info, tier) {
+            Err(e) if tier == Tier::Baseline => {
+                tracing::debug!(servlet = %info.name, error = %e, "baseline compiler refused; using Cranelift");
+                module::load(engine, &info.file, &info, Tier::Optimized)?
+            }
+            other => other?,
+        };
         let capacity = (info.limits.prewarm.max(1) as usize).max(if info.limits.reuse > 1 {
             info.limits.max_concurrency as usize
         } else {
@@ -123,6 +141,7 @@ impl Servlet {
             refill: Arc::new(Notify::new()),
             refilling: AtomicU64::new(0),
             pre: compiled.pre,
+            tier: compiled.tier,
             info,
         });
         if servlet.info.limits.prewarm > 0 {
@@ -134,6 +153,11 @@ impl Servlet {
     /// What this servlet is.
     pub fn info(&self) -> &Info {
         &self.info
+    }
+
+    /// The compiler that made this servlet's code.
+    pub fn tier(&self) -> Tier {
+        self.tier
     }
 
     /// Instances currently ready.

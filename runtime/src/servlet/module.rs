@@ -10,7 +10,7 @@ use wasmtime::{ExternType, InstancePre, Module, ValType};
 use super::abi::{self, ABI_VERSION};
 use super::host::Host;
 use super::{Info, instantiate};
-use crate::engine::Engine;
+use crate::engine::{Engine, Tier};
 
 /// Import module of the swan ABI.
 pub(super) const SWAN_MODULE: &str = "swan";
@@ -79,27 +79,28 @@ pub enum LoadError {
 /// A checked, linked module.
 pub(crate) struct Compiled {
     pub(crate) pre: InstancePre<Host>,
+    pub(crate) tier: Tier,
 }
 
-/// Compiles and checks `file`.
+/// Compiles `file` with the `tier` compiler and checks it.
 pub(crate) fn load(
     engine: &Arc<Engine>,
     file: &Path,
     info: &Arc<Info>,
+    tier: Tier,
 ) -> Result<Compiled, LoadError> {
+    let (wasmtime_engine, linker, tier) = engine.compiler(tier);
     let bytes = std::fs::read(file).map_err(|source| LoadError::Read {
         file: file.to_path_buf(),
         source,
     })?;
-    let module =
-        Module::from_binary(engine.wasmtime(), &bytes).map_err(|e| LoadError::Invalid {
-            file: file.to_path_buf(),
-            reason: format!("{e:#}"),
-        })?;
+    let module = Module::from_binary(wasmtime_engine, &bytes).map_err(|e| LoadError::Invalid {
+        file: file.to_path_buf(),
+        reason: format!("{e:#}"),
+    })?;
     check_imports(&module, file)?;
     check_exports(&module, file)?;
-    let pre = engine
-        .linker()
+    let pre = linker
         .instantiate_pre(&module)
         .map_err(|e| LoadError::Instantiate {
             file: file.to_path_buf(),
@@ -140,7 +141,7 @@ pub(crate) fn load(
             expected: ABI_VERSION,
         });
     }
-    Ok(Compiled { pre })
+    Ok(Compiled { pre, tier })
 }
 
 fn check_imports(module: &Module, file: &Path) -> Result<(), LoadError> {

@@ -10,6 +10,7 @@ use super::build::{self, BuildError};
 use super::{Info, LoadError, Servlet};
 use crate::config::{RoutePath, SiteConfig};
 use crate::engine::Engine;
+use crate::engine::Tier;
 
 /// Where a route came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,7 +182,11 @@ impl Routes {
                     let log_file = file.clone();
                     let handle = scope.spawn(move || {
                         let started = std::time::Instant::now();
-                        let loaded = Servlet::load(engine, info);
+                        // On reload, a changed module goes live on the
+                        // baseline compiler; the reloader then compiles it
+                        // with Cranelift and swaps that in.
+                        let tier = if previous.is_some() { Tier::Baseline } else { Tier::Optimized };
+                        let loaded = Servlet::load_tier(engine, info, tier);
                         tracing::debug!(file = %log_file.display(), took_ms = started.elapsed().as_millis() as u64, "servlet compiled and checked");
                         loaded
                     });
@@ -284,6 +289,36 @@ impl Routes {
                         .is_some_and(|r| r.starts_with('/'))
             })
             .map(|(_, e)| &**e)
+    }
+
+    /// Servlets still running baseline-compiled code.
+    pub fn baseline_servlets(&self) -> Vec<Arc<Servlet>> {
+        self.all
+            .iter()
+            .filter(|r| r.servlet.tier() == Tier::Baseline)
+            .map(|r| r.servlet.clone())
+            .collect()
+    }
+
+    /// The same routes with `old` replaced by `new`; `None` if no route
+    /// uses `old` any more.
+    pub fn with_servlet_replaced(&self, old: &Arc<Servlet>, new: &Arc<Servlet>) -> Option<Routes> {
+        if !self.all.iter().any(|r| Arc::ptr_eq(&r.servlet, old)) {
+            return None;
+        }
+        let mut routes = Routes {
+            builds: self.builds.clone(),
+            build_errors: self.build_errors.clone(),
+            ..Routes::default()
+        };
+        for route in &self.all {
+            let mut route = route.clone();
+            if Arc::ptr_eq(&route.servlet, old) {
+                route.servlet = new.clone();
+            }
+            routes.add(route);
+        }
+        Some(routes)
     }
 
     /// Every route, in load order.
