@@ -84,6 +84,16 @@ pub(crate) fn line_column(source: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// How a value with a unit is read and described in errors.
+struct Unit<T> {
+    what: &'static str,
+    expected: &'static str,
+    hint: &'static str,
+    parse: fn(&str) -> Option<T>,
+    /// How a bare integer converts, if one is allowed.
+    integer: Option<fn(u64) -> T>,
+}
+
 /// One table being read: hands out values by key, remembers what was taken.
 pub(crate) struct TableReader<'a, 'i> {
     path: String,
@@ -212,46 +222,17 @@ impl<'a, 'i> TableReader<'a, 'i> {
 
     /// A size in bytes: an integer, or a string such as "64 KiB" or "1MB".
     pub(crate) fn size(&mut self, diag: &mut Diagnostics<'_>, key: &str) -> Option<Spanned<u64>> {
-        let value = self.take(key)?;
-        let path = self.key_path(key);
-        let hint = || {
-            Some("write a byte count (65536) or a string with a unit: \"64 KiB\", \"1 MiB\", \"2 GB\"".to_owned())
-        };
-        match value.get_ref() {
-            DeValue::Integer(i) => match u64::from_str_radix(i.as_str(), i.radix()) {
-                Ok(n) => Some(Spanned::new(value.span(), n)),
-                Err(_) => {
-                    diag.error(
-                        value.span(),
-                        &path,
-                        format!("{} is not a valid size", i.as_str()),
-                        hint(),
-                    );
-                    None
-                }
+        self.with_unit(
+            diag,
+            key,
+            Unit {
+                what: "size",
+                expected: "a size",
+                hint: "write a byte count (65536) or a string with a unit: \"64 KiB\", \"1 MiB\", \"2 GB\"",
+                parse: parse_size,
+                integer: Some(|n| n),
             },
-            DeValue::String(s) => match parse_size(s) {
-                Some(n) => Some(Spanned::new(value.span(), n)),
-                None => {
-                    diag.error(
-                        value.span(),
-                        &path,
-                        format!("{s:?} is not a valid size"),
-                        hint(),
-                    );
-                    None
-                }
-            },
-            other => {
-                diag.error(
-                    value.span(),
-                    &path,
-                    format!("expected a size, found {}", other.type_str()),
-                    hint(),
-                );
-                None
-            }
-        }
+        )
     }
 
     /// A duration written as a string with a unit: "500ms", "10s", "2m", "1h".
@@ -260,30 +241,46 @@ impl<'a, 'i> TableReader<'a, 'i> {
         diag: &mut Diagnostics<'_>,
         key: &str,
     ) -> Option<Spanned<Duration>> {
+        self.with_unit(
+            diag,
+            key,
+            Unit {
+                what: "duration",
+                expected: "a duration string",
+                hint: "write a string with a unit: \"500ms\", \"10s\", \"2m\", \"1h\"",
+                parse: parse_duration,
+                integer: None,
+            },
+        )
+    }
+
+    /// A value written as a string with a unit (or, where `unit` allows
+    /// it, a bare integer).
+    fn with_unit<T>(
+        &mut self,
+        diag: &mut Diagnostics<'_>,
+        key: &str,
+        unit: Unit<T>,
+    ) -> Option<Spanned<T>> {
         let value = self.take(key)?;
         let path = self.key_path(key);
-        let hint =
-            || Some("write a string with a unit: \"500ms\", \"10s\", \"2m\", \"1h\"".to_owned());
-        match value.get_ref() {
-            DeValue::String(s) => match parse_duration(s) {
-                Some(d) => Some(Spanned::new(value.span(), d)),
-                None => {
-                    diag.error(
-                        value.span(),
-                        &path,
-                        format!("{s:?} is not a valid duration"),
-                        hint(),
-                    );
-                    None
-                }
-            },
-            other => {
-                diag.error(
-                    value.span(),
-                    &path,
-                    format!("expected a duration string, found {}", other.type_str()),
-                    hint(),
-                );
+        let parsed = match (value.get_ref(), unit.integer) {
+            (DeValue::String(s), _) => {
+                (unit.parse)(s).ok_or_else(|| format!("{s:?} is not a valid {}", unit.what))
+            }
+            (DeValue::Integer(i), Some(from_int)) => u64::from_str_radix(i.as_str(), i.radix())
+                .map(from_int)
+                .map_err(|_| format!("{} is not a valid {}", i.as_str(), unit.what)),
+            (other, _) => Err(format!(
+                "expected {}, found {}",
+                unit.expected,
+                other.type_str()
+            )),
+        };
+        match parsed {
+            Ok(v) => Some(Spanned::new(value.span(), v)),
+            Err(message) => {
+                diag.error(value.span(), &path, message, Some(unit.hint.to_owned()));
                 None
             }
         }
