@@ -7,9 +7,10 @@
 //! - `routes`: which servlet answers which path of a site.
 //!
 //! Every request runs in a fresh instance unless the servlet opts into
-//! `reuse = N`. Instances are created ahead of time by a background task
-//! on the engine's pre-instantiation thread, so the request path usually
-//! only takes one from a lock-free queue.
+//! `reuse = N`. Instances are created ahead of time, so the request path
+//! usually only takes one from a lock-free queue: the first `prewarm` on
+//! the engine's pre-instantiation thread at load, the replacements on the
+//! worker's own runtime right after each request.
 
 pub(crate) mod abi;
 pub mod build;
@@ -26,7 +27,7 @@ use bytes::Bytes;
 use crossbeam_queue::ArrayQueue;
 use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use wasmtime::{Instance, InstancePre, Store, TypedFunc, UpdateDeadline};
 
 pub use abi::{ABI_VERSION, AbiFault};
@@ -67,8 +68,6 @@ pub struct Servlet {
     ready: ArrayQueue<Ready>,
     /// Requests running at once.
     permits: Semaphore,
-    /// Wakes the refill task after an instance was taken.
-    refill: Arc<Notify>,
     /// Refills running on workers right now.
     refilling: AtomicU64,
 }
@@ -138,14 +137,13 @@ impl Servlet {
         let servlet = Arc::new(Servlet {
             permits: Semaphore::new(info.limits.max_concurrency as usize),
             ready: ArrayQueue::new(capacity),
-            refill: Arc::new(Notify::new()),
             refilling: AtomicU64::new(0),
             pre: compiled.pre,
             tier: compiled.tier,
             info,
         });
         if servlet.info.limits.prewarm > 0 {
-            engine.spawn_background(refill(Arc::downgrade(&servlet), servlet.refill.clone()));
+            engine.spawn_background(fill(servlet.clone()));
         }
         Ok(servlet)
     }
@@ -281,8 +279,9 @@ impl Servlet {
         if pending >= prewarm {
             return;
         }
+        // `call` always runs on a worker's runtime; outside one there is
+        // nothing to refill on, and the next request instantiates inline.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.refill.notify_one();
             return;
         };
         self.refilling.fetch_add(1, Ordering::Relaxed);
@@ -349,27 +348,20 @@ pub(crate) async fn instantiate(
     })
 }
 
-/// Keeps the servlet's ready queue filled until the servlet is dropped.
-async fn refill(servlet: std::sync::Weak<Servlet>, wake: Arc<Notify>) {
-    loop {
-        let Some(s) = servlet.upgrade() else { return };
-        while s.ready.len() < s.info.limits.prewarm as usize {
-            match instantiate(&s.pre, s.info.clone()).await {
-                Ok(ready) => {
-                    if s.ready.push(ready).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(servlet = %s.info.name, error = %format!("{e:#}"), "pre-instantiation failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    break;
+/// Fills a newly loaded servlet's ready queue up to `prewarm`, once.
+async fn fill(servlet: Arc<Servlet>) {
+    while servlet.ready.len() < servlet.info.limits.prewarm as usize {
+        match instantiate(&servlet.pre, servlet.info.clone()).await {
+            Ok(ready) => {
+                if servlet.ready.push(ready).is_err() {
+                    return;
                 }
             }
+            Err(e) => {
+                tracing::warn!(servlet = %servlet.info.name, error = %format!("{e:#}"), "pre-instantiation failed");
+                return;
+            }
         }
-        drop(s);
-        // Wake on demand, and now and then to notice the servlet is gone.
-        let _ = tokio::time::timeout(Duration::from_secs(1), wake.notified()).await;
     }
 }
 
