@@ -10,6 +10,7 @@ never a single run.
 
     python3 benches/compare.py            # full: 5 rounds of 5 s
     python3 benches/compare.py --quick    # under 3 minutes: 3 rounds of 2 s
+    python3 benches/compare.py --baseline OLD/swan --ab   # A/B: this swan vs another build
 
 Prints a Markdown report (machine, command, one table per comparison) and
 writes it to target/bench/compare.md.
@@ -34,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "swan-bench"
 WASMTIME_VERSION = "48.0.2"
 HOST = "127.0.0.1"
-PORTS = {"swan": 18101, "nginx": 18102, "limit": 18103, "wt-fresh": 18104, "wt-reuse": 18105}
+PORTS = {"swan": 18101, "nginx": 18102, "limit": 18103, "wt-fresh": 18104, "wt-reuse": 18105, "base": 18106}
 
 
 def log(msg):
@@ -156,7 +157,7 @@ http {{
 """
 
 
-def start_servers(wasmtime, wanted):
+def start_servers(wasmtime, wanted, baseline=None):
     www = WORK / "www"
     www.mkdir(exist_ok=True)
     (www / "100.html").write_bytes(b"x" * 100)
@@ -171,6 +172,11 @@ def start_servers(wasmtime, wanted):
         )
         servers["swan"] = Server("swan", [ROOT / "target/release/swan", "serve", "--config", WORK / "swan.toml"],
                                  PORTS["swan"])
+    if "base" in wanted:
+        # Another swan build (A/B), same site and servlets, its own port.
+        (WORK / "base.toml").write_text(
+            (WORK / "swan.toml").read_text().replace(str(PORTS["swan"]), str(PORTS["base"])))
+        servers["base"] = Server("base", [baseline, "serve", "--config", WORK / "base.toml"], PORTS["base"])
     if "nginx" in wanted:
         (WORK / "nginx-tmp").mkdir(exist_ok=True)
         (WORK / "nginx.conf").write_text(NGINX_CONF.format(
@@ -295,7 +301,11 @@ def main():
     ap.add_argument("--only", choices=["static", "dynamic"], help="run one part")
     ap.add_argument("--no-build", action="store_true", help="use what is already built")
     ap.add_argument("--connections", type=int, nargs="+", help="static rows to run (default 1 10 100 1000 10000)")
+    ap.add_argument("--baseline", type=Path, help="another swan binary, measured beside this one as `base`")
+    ap.add_argument("--ab", action="store_true", help="with --baseline: measure only swan and base")
     args = ap.parse_args()
+    if args.ab and not args.baseline:
+        ap.error("--ab needs --baseline")
     rounds = args.rounds or (3 if args.quick else 5)
     secs = args.seconds or (2 if args.quick else 5)
 
@@ -317,27 +327,36 @@ def main():
     WORK = Path(tempfile.mkdtemp(prefix="swan-compare-"))
     WORK.chmod(0o755)  # NGINX's workers run as another user and must read the files
     wanted = {"static": ["swan", "nginx", "limit"], "dynamic": ["swan", "wt-fresh", "wt-reuse"]}
+    if args.baseline:
+        for p in wanted:
+            wanted[p] = ["swan", "base"] if args.ab else ["swan", "base"] + wanted[p][1:]
     parts = [args.only] if args.only else ["static", "dynamic"]
-    servers = start_servers(wasmtime, {s for p in parts for s in wanted[p]})
+    servers = start_servers(wasmtime, {s for p in parts for s in wanted[p]}, args.baseline)
     results = []
     started = time.time()
     try:
         if "static" in parts:
-            results.append(compare("Static 100-byte file: swan vs NGINX vs the limit", ["swan", "nginx", "limit"],
+            sides = wanted["static"]
+            results.append(compare("Static 100-byte file: " + " vs ".join(sides), sides,
                                    lambda s: "/100.html", static_conns, rounds, secs, servers))
             if not args.connections:
-                results.append(compare("Static 1 MiB file: swan vs NGINX", ["swan", "nginx"],
+                sides = [s for s in sides if s != "limit"]
+                results.append(compare("Static 1 MiB file: " + " vs ".join(sides), sides,
                                        lambda s: "/1m.bin", [100], rounds, secs, servers))
         if "dynamic" in parts:
             results.append(compare(
-                "Dynamic hello: swan (fresh instance per request) vs wasmtime serve (defaults, fresh) vs wasmtime serve (reuse 128)",
-                ["swan", "wt-fresh", "wt-reuse"],
-                lambda s: "/hello" if s == "swan" else "/hello", [1, 100, 1000], rounds, secs, servers))
+                "Dynamic hello: swan (fresh instance per request) vs " + " vs ".join(
+                    {"base": "base", "wt-fresh": "wasmtime serve (defaults, fresh)",
+                     "wt-reuse": "wasmtime serve (reuse 128)"}[s] for s in wanted["dynamic"][1:]),
+                wanted["dynamic"],
+                lambda s: "/hello", [1, 100, 1000], rounds, secs, servers))
     finally:
         for s in servers.values():
             s.stop()
     took = time.time() - started
     cmd = "python3 benches/compare.py" + (" --quick" if args.quick else "") + (f" --only {args.only}" if args.only else "")
+    if args.baseline:
+        cmd += " --baseline BASE" + (" --ab" if args.ab else "")
     report = [f"Machine: {machine()}. Command: `{cmd}` ({rounds} rounds of {secs} s per side and row, "
               f"alternating; medians; {took:.0f} s of measuring). wrk -t2 (-t1 at 1 connection), keep-alive.", ""]
     report += [fmt_table(r) for r in results]

@@ -144,9 +144,9 @@ fn current_servlet(server: &swan_tests::TestServer) -> usize {
         .iter()
         .next()
         .and_then(|s| {
-            s.routes
-                .find("/api")
-                .map(|(s, _)| std::sync::Arc::as_ptr(s) as usize)
+            s.servlets
+                .servlet_at("/api")
+                .map(|s| std::sync::Arc::as_ptr(s) as usize)
         })
         .unwrap_or(0)
 }

@@ -13,7 +13,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use http::Request;
 use http_body_util::{BodyExt, Empty};
 use swan::config::{ServerConfig, ServletLimits};
-use swan::servlet::{Info, Servlet};
+use swan::engine::Tier;
+use swan::request::RequestId;
+use swan::servlet::{CallContext, Loader, Servlet, ServletInfo};
 
 const WAT_HELLO: &str = r#"(module
   (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
@@ -22,38 +24,38 @@ const WAT_HELLO: &str = r#"(module
   (func (export "swan_abi_version") (result i32) i32.const 1)
   (func (export "swan_handle") (result i32) (drop (call $write (i32.const 16) (i32.const 5))) i32.const 0))"#;
 
-fn servlet(
-    engine: &Arc<swan::Engine>,
-    file: std::path::PathBuf,
-    prewarm: u32,
-    reuse: u32,
-) -> Arc<Servlet> {
+fn servlet(loader: &Loader, file: std::path::PathBuf, prewarm: u32, reuse: u32) -> Arc<Servlet> {
     let limits = ServletLimits {
         prewarm,
         reuse,
         ..ServletLimits::default()
     };
-    Servlet::load(
-        engine,
-        Info {
-            name: "bench".to_owned(),
-            file,
-            limits,
-            settings: Vec::new(),
-        },
-    )
-    .expect("servlet loads")
+    loader
+        .load_servlet(
+            ServletInfo {
+                name: "bench".to_owned(),
+                file,
+                limits,
+                settings: Vec::new(),
+            },
+            Tier::Optimized,
+        )
+        .expect("servlet loads")
 }
 
 fn call(rt: &tokio::runtime::Runtime, s: &Arc<Servlet>) {
-    let remote = SocketAddr::from(([127, 0, 0, 1], 1));
-    let (parts, ()) = Request::get("/hello?name=bench")
-        .body(())
-        .expect("request")
-        .into_parts();
-    let res = rt
-        .block_on(s.call(parts, Bytes::new(), "/hello", "", remote))
-        .expect("servlet answers");
+    let req = Request::get("/hello?name=bench")
+        .body(http_body_util::Empty::<Bytes>::new())
+        .expect("request");
+    let ctx = CallContext {
+        path: "/hello",
+        path_info: "",
+        remote: SocketAddr::from(([127, 0, 0, 1], 1)),
+        id: RequestId::next(),
+        max_body_bytes: 1 << 20,
+        body_timeout: Duration::from_secs(10),
+    };
+    let res = rt.block_on(s.call(req, ctx)).expect("servlet answers");
     assert_eq!(res.status(), 200);
 }
 
@@ -62,7 +64,7 @@ fn per_call(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
     let wat_file = dir.path().join("wat-hello.wasm");
     std::fs::write(&wat_file, wat::parse_str(WAT_HELLO).expect("wat")).expect("write");
-    let engine = swan::Engine::new(&ServerConfig::defaults()).expect("engine");
+    let loader = Loader::new(&ServerConfig::defaults()).expect("engine");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -72,11 +74,11 @@ fn per_call(c: &mut Criterion) {
         ("rust hello", examples.join("hello.wasm")),
         ("wat hello", wat_file),
     ] {
-        let fresh = servlet(&engine, file.clone(), 0, 1);
+        let fresh = servlet(&loader, file.clone(), 0, 1);
         group.bench_function(format!("{name}: instantiate + call + drop"), |b| {
             b.iter(|| call(&rt, &fresh))
         });
-        let reused = servlet(&engine, file, 0, u32::MAX);
+        let reused = servlet(&loader, file, 0, u32::MAX);
         group.bench_function(format!("{name}: call on a reused instance"), |b| {
             b.iter(|| call(&rt, &reused))
         });

@@ -11,7 +11,7 @@ use std::task::{Context, Poll, Waker};
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::Request;
 
-fn site() -> (tempfile::TempDir, swan::Sites) {
+fn site() -> (tempfile::TempDir, swan::site::Sites) {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(dir.path().join("index.html"), "x".repeat(100)).expect("write");
     std::fs::write(
@@ -22,7 +22,7 @@ fn site() -> (tempfile::TempDir, swan::Sites) {
     let toml = "[[site]]\nroot = \".\"\n";
     let config =
         swan::Config::parse(toml, &dir.path().join("swan.toml"), dir.path()).expect("config");
-    let sites = swan::Sites::load(&config, None).expect("load");
+    let sites = swan::site::Sites::load(&config, None).expect("load");
     (dir, sites)
 }
 
@@ -47,7 +47,14 @@ fn bench(c: &mut Criterion) {
         .expect("req");
     let revalidate = {
         let site = sites.for_host(None);
-        let etag = now(swan::static_files::respond(&site.cache, &plain)).headers()["etag"].clone();
+        let etag = now(swan::static_files::respond(
+            &site.cache,
+            &plain,
+            "/index.html",
+        ))
+        .expect("200")
+        .headers()["etag"]
+            .clone();
         Request::get("/index.html")
             .header("if-none-match", etag)
             .body(())
@@ -63,9 +70,11 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 let host = req.headers().get("host").map(|h| h.as_bytes());
                 let site = sites.for_host(host);
+                let path = swan::request::path::normalize(req.uri().path()).expect("path");
                 black_box(now(swan::static_files::respond(
                     &site.cache,
                     black_box(req),
+                    &path,
                 )))
             })
         });

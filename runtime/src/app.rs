@@ -1,26 +1,33 @@
-//! The request entry point: pick the site, check limits, dispatch to a
-//! servlet route or to the static files.
+//! The request layer: where a request from a connection becomes an answer.
+//!
+//! For each request: an id (logged with every line about it and sent back
+//! as `x-request-id`) and a debug-level `request` span (method, path,
+//! site, route, status, duration); the site by Host; the path normalised,
+//! once; then the servlet route or the static files. Every failure on the
+//! way is a [`RequestError`], turned into a response here and only here.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
 use http::header::{self, HeaderValue};
-use http::{Request, Response};
-use http_body_util::{BodyExt, Limited};
+use http::{Method, Request, Response};
 use hyper::body::Incoming;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use crate::body::Body;
 use crate::config::{Config, ServerConfig};
-use crate::engine::{Engine, EngineError};
-use crate::respond;
-use crate::servlet::Servlet;
-use crate::site::Sites;
-use crate::static_files::{self, path};
+use crate::request::{RequestError, RequestId, path};
+use crate::servlet::{CallContext, Loader, LoaderError, Target};
+use crate::site::{Site, Sites};
+use crate::static_files::{self, CacheError};
 
 /// Sent as `Server` on every response.
 pub const SERVER_NAME: HeaderValue = HeaderValue::from_static("swan");
+/// The response header carrying the request id.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
 /// Everything a request needs, shared by all workers.
 #[derive(Debug)]
@@ -29,67 +36,77 @@ pub struct App {
     pub server: ServerConfig,
     /// The sites; swapped whole on reload, read without a lock.
     pub sites: ArcSwap<Sites>,
-    /// The wasm engine, when some site can have servlets.
-    pub engine: Option<Arc<Engine>>,
+    /// Loads servlets (the wasm engine), when some site can have them.
+    pub loader: Option<Arc<Loader>>,
 }
 
 /// The app could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
-    /// The wasm engine could not start.
+    /// The servlet loader (the wasm engine) could not start.
     #[error(transparent)]
-    Engine(#[from] EngineError),
-    /// A site could not be loaded.
+    Loader(#[from] LoaderError),
+    /// A site's files could not be loaded.
     #[error(transparent)]
-    Site(#[from] static_files::LoadError),
+    Site(#[from] CacheError),
 }
 
 impl App {
-    /// Loads everything a configuration names: the engine (if any site has
-    /// servlets), every site's files and servlets.
+    /// Loads everything a configuration names: the engine (if any site can
+    /// have servlets), every site's files and servlets.
     pub fn load(config: &Config) -> Result<App, AppError> {
-        let wants_engine = config
-            .sites
-            .iter()
-            .any(|s| s.servlets.is_some() || !s.routes.is_empty());
-        let engine = if wants_engine {
-            Some(Engine::new(&config.server)?)
+        let loader = if config.wants_servlets() {
+            Some(Loader::new(&config.server)?)
         } else {
             None
         };
-        let sites = Sites::load(config, engine.as_ref())?;
-        Ok(App::new(config.server.clone(), sites, engine))
+        let sites = Sites::load(config, loader.as_ref())?;
+        Ok(App::new(config.server.clone(), sites, loader))
     }
 
     /// An app serving already loaded `sites`.
-    pub fn new(server: ServerConfig, sites: Sites, engine: Option<Arc<Engine>>) -> App {
+    pub fn new(server: ServerConfig, sites: Sites, loader: Option<Arc<Loader>>) -> App {
         App {
             server,
             sites: ArcSwap::from_pointee(sites),
-            engine,
+            loader,
         }
     }
 
     /// Answers one request.
-    pub async fn handle(
-        self: Arc<Self>,
-        req: Request<Incoming>,
-        remote: SocketAddr,
-    ) -> Response<Body> {
-        let mut res = self.route(req, remote).await;
-        res.headers_mut().insert(header::SERVER, SERVER_NAME);
+    pub async fn handle(&self, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
+        let id = RequestId::next();
+        let span = tracing::debug_span!(
+            "request",
+            id = %id,
+            method = %req.method(),
+            path = %req.uri().path(),
+            site = Empty,
+            route = Empty,
+            status = Empty,
+            ms = Empty,
+        );
+        let started = (!span.is_disabled()).then(Instant::now);
+        let mut res = self.route(req, remote, id).instrument(span.clone()).await;
+        let headers = res.headers_mut();
+        headers.insert(header::SERVER, SERVER_NAME);
+        if self.server.request_id_header {
+            headers.insert(REQUEST_ID_HEADER, id.header_value());
+        }
+        if let Some(started) = started {
+            span.record("status", res.status().as_u16());
+            span.record("ms", started.elapsed().as_secs_f64() * 1000.0);
+            span.in_scope(|| tracing::debug!("answered"));
+        }
         res
     }
 
-    async fn route(&self, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
-        let declared_len = match req.headers().get(header::CONTENT_LENGTH) {
-            Some(len) => match len.to_str().ok().and_then(|s| s.parse::<u64>().ok()) {
-                Some(n) if n > self.server.max_body_bytes => return respond::payload_too_large(),
-                Some(n) => Some(n),
-                None => return respond::bad_request(),
-            },
-            None => None,
-        };
+    async fn route(
+        &self,
+        req: Request<Incoming>,
+        remote: SocketAddr,
+        id: RequestId,
+    ) -> Response<Body> {
         let sites = self.sites.load();
         let host = req
             .uri()
@@ -97,63 +114,77 @@ impl App {
             .map(|a| a.as_str().as_bytes())
             .or_else(|| req.headers().get(header::HOST).map(|h| h.as_bytes()));
         let site = sites.for_host(host);
-        if !site.routes.is_empty()
-            && let Ok(normalized) = path::normalize(req.uri().path())
-        {
-            if let Some(failed) = site.routes.build_error(&normalized) {
-                return respond::build_failed(failed);
-            }
-            if let Some((servlet, path_info)) = site.routes.find(&normalized) {
-                let (servlet, path, path_info) = (
-                    servlet.clone(),
-                    normalized.to_string(),
-                    path_info.to_owned(),
-                );
-                return self
-                    .call_servlet(&servlet, req, declared_len, &path, &path_info, remote)
-                    .await;
-            }
+        tracing::Span::current().record("site", site.config.name.as_str());
+        let head = req.method() == Method::HEAD;
+        match self.dispatch(site, req, remote, id).await {
+            Ok(res) => res,
+            Err(e) => error_response(e, site, head, id),
         }
-        static_files::respond(&site.cache, &req).await
     }
 
-    async fn call_servlet(
+    async fn dispatch(
         &self,
-        servlet: &Arc<Servlet>,
+        site: &Site,
         req: Request<Incoming>,
-        declared_len: Option<u64>,
-        path: &str,
-        path_info: &str,
         remote: SocketAddr,
-    ) -> Response<Body> {
-        let limit = servlet
-            .info()
-            .limits
-            .max_body_bytes
-            .min(self.server.max_body_bytes);
-        if declared_len.is_some_and(|n| n > limit) {
-            return respond::payload_too_large();
-        }
-        let (parts, body) = req.into_parts();
-        let body = if declared_len == Some(0) {
-            Bytes::new()
-        } else {
-            let read = Limited::new(body, limit as usize).collect();
-            match tokio::time::timeout(self.server.header_read_timeout, read).await {
-                Ok(Ok(collected)) => collected.to_bytes(),
-                Ok(Err(e))
-                    if e.downcast_ref::<http_body_util::LengthLimitError>()
-                        .is_some() =>
-                {
-                    return respond::payload_too_large();
+        id: RequestId,
+    ) -> Result<Response<Body>, RequestError> {
+        if let Some(len) = req.headers().get(header::CONTENT_LENGTH) {
+            match len.to_str().ok().and_then(|s| s.parse::<u64>().ok()) {
+                Some(n) if n > self.server.max_body_bytes => {
+                    return Err(RequestError::PayloadTooLarge);
                 }
-                Ok(Err(_)) => return respond::bad_request(),
-                Err(_) => return respond::request_timeout(),
+                Some(_) => {}
+                None => return Err(RequestError::BadRequest("malformed Content-Length")),
             }
-        };
-        match servlet.call(parts, body, path, path_info, remote).await {
-            Ok(res) => res,
-            Err(e) => respond::servlet_error(&e),
         }
+        let normalized = match path::normalize(req.uri().path()) {
+            Ok(p) => p,
+            Err(e) if e.is_not_found() => return Err(RequestError::NotFound),
+            Err(_) => return Err(RequestError::BadRequest("malformed path")),
+        };
+        let routes = &site.servlets.routes;
+        if !routes.is_empty()
+            && let Some(m) = routes.find(&normalized)
+        {
+            tracing::Span::current().record("route", tracing::field::display(&m.route.path));
+            return match &m.route.target {
+                Target::Servlet(servlet) => {
+                    // The request moves into the servlet: keep the path.
+                    let info_at = normalized.len() - m.path_info.len();
+                    let path = normalized.into_owned();
+                    let ctx = CallContext {
+                        path: &path,
+                        path_info: &path[info_at..],
+                        remote,
+                        id,
+                        max_body_bytes: self.server.max_body_bytes,
+                        body_timeout: self.server.header_read_timeout,
+                    };
+                    servlet.call(req, ctx).await
+                }
+                Target::BuildFailed(e) => Err(RequestError::BuildFailed {
+                    servlet: e.name.clone(),
+                    output: Arc::from(e.output.as_str()),
+                }),
+            };
+        }
+        static_files::respond(&site.cache, &req, &normalized).await
     }
+}
+
+/// The one mapping from a failed request to its response: the error's own
+/// page, or the site's `404.html` for a missing path.
+fn error_response(e: RequestError, site: &Site, head: bool, id: RequestId) -> Response<Body> {
+    tracing::trace!(request_id = %id, error = %e, "request failed");
+    if matches!(e, RequestError::NotFound)
+        && let Some(page) = static_files::not_found_page(&site.cache, head)
+    {
+        return page;
+    }
+    let mut res = e.into_response();
+    if head {
+        *res.body_mut() = Body::empty();
+    }
+    res
 }

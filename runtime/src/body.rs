@@ -57,6 +57,18 @@ impl Body {
     }
 }
 
+#[cfg(test)]
+impl Body {
+    /// The bytes of an in-memory body (tests only).
+    pub(crate) fn into_bytes(self) -> Option<Bytes> {
+        match self.kind {
+            Kind::Full(b) => b,
+            Kind::Empty => Some(Bytes::new()),
+            Kind::File { .. } => None,
+        }
+    }
+}
+
 impl Default for Body {
     fn default() -> Body {
         Body::empty()

@@ -1,22 +1,24 @@
-//! The one wasmtime engine of the process: Cranelift, the pooling allocator
-//! with copy-on-write memory images, async support (servlets run on fibers
-//! and yield to the reactor), epoch interruption driven by a ticker thread,
-//! and a small runtime thread that pre-instantiates servlets off the
-//! request path.
+//! The wasmtime side of the process: one wasmtime engine per compiler tier
+//! (Cranelift, and Winch for fast hot reloads), each with the pooling
+//! allocator and copy-on-write memory images; async support (guests run on
+//! fibers and yield to the reactor); epoch interruption driven by a ticker
+//! thread; a small runtime thread for work off the request path; and the
+//! process-wide instance budget (`max_instances`) shared by both tiers.
+//!
+//! What a guest may import (the linkers) is the servlet side's business.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use wasmtime::{Enabled, InstanceAllocationStrategy, Linker, PoolingAllocationConfig};
+use wasmtime::{Enabled, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::config::ServerConfig;
-use crate::servlet::host::Host;
 
-/// How often the epoch advances. A running servlet yields to other tasks
-/// on its worker at every tick, and its deadline is counted in ticks.
+/// How often the epoch advances. A running guest yields to other tasks on
+/// its worker at every tick, and its deadline is counted in ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// Bytes at the start of each linear memory slot kept mapped between
@@ -28,7 +30,7 @@ const MEMORY_KEEP_RESIDENT: usize = 2 << 20;
 const TABLE_KEEP_RESIDENT: usize = 64 << 10;
 const STACK_KEEP_RESIDENT: usize = 128 << 10;
 
-/// Which compiler made a servlet's machine code.
+/// Which compiler made a guest's machine code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
     /// Winch, a single-pass compiler: about 6x faster to compile, slower
@@ -36,56 +38,6 @@ pub enum Tier {
     Baseline,
     /// Cranelift, the optimising compiler: every module ends up here.
     Optimized,
-}
-
-/// One wasmtime engine (with its own pooling allocator) and its linker.
-struct Compiler {
-    tier: Tier,
-    engine: wasmtime::Engine,
-    linker: Linker<Host>,
-}
-
-impl Compiler {
-    fn new(server: &ServerConfig, tier: Tier) -> Result<Compiler, EngineError> {
-        let mut pool = PoolingAllocationConfig::new();
-        let n = server.max_instances;
-        pool.total_core_instances(n)
-            .total_memories(n)
-            .total_tables(n)
-            .total_stacks(n)
-            .total_component_instances(0)
-            .linear_memory_keep_resident(MEMORY_KEEP_RESIDENT)
-            .table_keep_resident(TABLE_KEEP_RESIDENT)
-            .async_stack_keep_resident(STACK_KEEP_RESIDENT)
-            .pagemap_scan(Enabled::Auto);
-        let mut config = wasmtime::Config::new();
-        config.cache(compile_cache());
-        config
-            .epoch_interruption(true)
-            .memory_init_cow(true)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        match tier {
-            Tier::Optimized => {
-                config
-                    .strategy(wasmtime::Strategy::Cranelift)
-                    .cranelift_opt_level(wasmtime::OptLevel::Speed);
-            }
-            Tier::Baseline => {
-                config.strategy(wasmtime::Strategy::Winch);
-            }
-        }
-        let err = |e: wasmtime::Error| EngineError::Wasmtime(format!("{tier:?} compiler: {e:#}"));
-        let engine = wasmtime::Engine::new(&config).map_err(err)?;
-        let mut linker = Linker::new(&engine);
-        crate::servlet::abi::add_to_linker(&mut linker).map_err(err)?;
-        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |h: &mut Host| &mut h.wasi)
-            .map_err(err)?;
-        Ok(Compiler {
-            tier,
-            engine,
-            linker,
-        })
-    }
 }
 
 /// The engine could not be created.
@@ -100,15 +52,15 @@ pub enum EngineError {
     Thread(#[source] std::io::Error),
 }
 
-/// The engine, its linker, and its helper threads.
+/// The wasmtime engines, their helper threads and the instance budget.
 pub struct Engine {
-    development: bool,
-    optimized: Compiler,
-    baseline: Option<Compiler>,
-    prewarm: tokio::runtime::Handle,
+    optimized: wasmtime::Engine,
+    baseline: Option<wasmtime::Engine>,
+    budget: Arc<InstanceBudget>,
+    background: tokio::runtime::Handle,
     ticker: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
-    prewarm_stop: Option<tokio::sync::oneshot::Sender<()>>,
+    background_stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -118,13 +70,13 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// Creates the engine for a server's limits.
+    /// Creates the engines for a server's limits.
     pub fn new(server: &ServerConfig) -> Result<Arc<Engine>, EngineError> {
-        let optimized = Compiler::new(server, Tier::Optimized)?;
+        let optimized = wasmtime_engine(server, Tier::Optimized)?;
         // The baseline compiler is an optimisation of hot reload only: if
         // it cannot start, every module is compiled by Cranelift.
-        let baseline = match Compiler::new(server, Tier::Baseline) {
-            Ok(c) => Some(c),
+        let baseline = match wasmtime_engine(server, Tier::Baseline) {
+            Ok(e) => Some(e),
             Err(e) => {
                 tracing::warn!("{e}; hot reload compiles with Cranelift only");
                 None
@@ -134,7 +86,7 @@ impl Engine {
         let ticker = {
             let engines: Vec<wasmtime::Engine> = std::iter::once(&optimized)
                 .chain(baseline.as_ref())
-                .map(|c| c.engine.clone())
+                .cloned()
                 .collect();
             let stop = stop.clone();
             std::thread::Builder::new()
@@ -153,10 +105,10 @@ impl Engine {
             .enable_all()
             .build()
             .map_err(EngineError::Thread)?;
-        let prewarm = runtime.handle().clone();
-        let (prewarm_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let background = runtime.handle().clone();
+        let (background_stop, stopped) = tokio::sync::oneshot::channel::<()>();
         std::thread::Builder::new()
-            .name("swan-prewarm".to_owned())
+            .name("swan-background".to_owned())
             .spawn(move || {
                 runtime.block_on(async {
                     let _ = stopped.await;
@@ -164,48 +116,129 @@ impl Engine {
             })
             .map_err(EngineError::Thread)?;
         Ok(Arc::new(Engine {
-            development: server.development,
             optimized,
             baseline,
-            prewarm,
+            budget: Arc::new(InstanceBudget {
+                max: server.max_instances,
+                live: AtomicU32::new(0),
+            }),
+            background,
             ticker: Some(ticker),
             stop,
-            prewarm_stop: Some(prewarm_stop),
+            background_stop: Some(background_stop),
         }))
     }
 
-    /// Whether the server runs in development mode.
-    pub fn development(&self) -> bool {
-        self.development
+    /// The wasmtime engine of a compiler tier, and the tier it really is
+    /// (the optimising one when no baseline compiler is available).
+    pub fn wasmtime(&self, tier: Tier) -> (&wasmtime::Engine, Tier) {
+        match (tier, &self.baseline) {
+            (Tier::Baseline, Some(e)) => (e, Tier::Baseline),
+            _ => (&self.optimized, Tier::Optimized),
+        }
     }
 
-    /// The wasmtime engine and linker of a compiler tier (the optimising
-    /// one when no baseline compiler is available).
-    pub(crate) fn compiler(&self, tier: Tier) -> (&wasmtime::Engine, &Linker<Host>, Tier) {
-        let c = match tier {
-            Tier::Baseline => self.baseline.as_ref().unwrap_or(&self.optimized),
-            Tier::Optimized => &self.optimized,
-        };
-        (&c.engine, &c.linker, c.tier)
+    /// Every wasmtime engine, optimising first.
+    pub fn all_wasmtime(&self) -> impl Iterator<Item = (&wasmtime::Engine, Tier)> {
+        std::iter::once((&self.optimized, Tier::Optimized))
+            .chain(self.baseline.as_ref().map(|e| (e, Tier::Baseline)))
     }
 
-    /// Spawns a background task on the pre-instantiation thread.
-    pub(crate) fn spawn_background(&self, task: impl Future<Output = ()> + Send + 'static) {
-        self.prewarm.spawn(task);
+    /// A place for one more instance in the process-wide budget, or `None`
+    /// when `max_instances` exist already. The place is given back when the
+    /// ticket is dropped (with the instance's store).
+    pub fn instance_ticket(&self) -> Option<InstanceTicket> {
+        let budget = &self.budget;
+        let mut live = budget.live.load(Ordering::Relaxed);
+        loop {
+            if live >= budget.max {
+                return None;
+            }
+            match budget.live.compare_exchange_weak(
+                live,
+                live + 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(InstanceTicket(budget.clone())),
+                Err(now) => live = now,
+            }
+        }
     }
 
-    /// Runs `task` on the pre-instantiation thread and waits for it; usable
-    /// from synchronous code, inside or outside a tokio runtime.
-    pub(crate) fn run_blocking<T: Send + 'static>(
+    /// Instances alive in the whole process.
+    pub fn live_instances(&self) -> u32 {
+        self.budget.live.load(Ordering::Relaxed)
+    }
+
+    /// Spawns a task on the background thread.
+    pub fn spawn_background(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.background.spawn(task);
+    }
+
+    /// Runs `task` on the background thread and waits for it; usable from
+    /// synchronous code, inside or outside a tokio runtime.
+    pub fn run_blocking<T: Send + 'static>(
         &self,
         task: impl Future<Output = T> + Send + 'static,
     ) -> Option<T> {
         let (tx, rx) = std::sync::mpsc::channel();
-        self.prewarm.spawn(async move {
+        self.background.spawn(async move {
             let _ = tx.send(task.await);
         });
         rx.recv().ok()
     }
+}
+
+/// The process-wide count of live instances against `max_instances`. Each
+/// tier's pooling allocator is sized for the whole budget (address space
+/// only), and this count keeps the sum over both at the limit.
+#[derive(Debug)]
+struct InstanceBudget {
+    max: u32,
+    live: AtomicU32,
+}
+
+/// One place in the instance budget, held by an instance's store.
+#[derive(Debug)]
+pub struct InstanceTicket(Arc<InstanceBudget>);
+
+impl Drop for InstanceTicket {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn wasmtime_engine(server: &ServerConfig, tier: Tier) -> Result<wasmtime::Engine, EngineError> {
+    let mut pool = PoolingAllocationConfig::new();
+    let n = server.max_instances;
+    pool.total_core_instances(n)
+        .total_memories(n)
+        .total_tables(n)
+        .total_stacks(n)
+        .total_component_instances(0)
+        .linear_memory_keep_resident(MEMORY_KEEP_RESIDENT)
+        .table_keep_resident(TABLE_KEEP_RESIDENT)
+        .async_stack_keep_resident(STACK_KEEP_RESIDENT)
+        .pagemap_scan(Enabled::Auto);
+    let mut config = wasmtime::Config::new();
+    config.cache(compile_cache());
+    config
+        .epoch_interruption(true)
+        .memory_init_cow(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    match tier {
+        Tier::Optimized => {
+            config
+                .strategy(wasmtime::Strategy::Cranelift)
+                .cranelift_opt_level(wasmtime::OptLevel::Speed);
+        }
+        Tier::Baseline => {
+            config.strategy(wasmtime::Strategy::Winch);
+        }
+    }
+    wasmtime::Engine::new(&config)
+        .map_err(|e| EngineError::Wasmtime(format!("{tier:?} compiler: {e:#}")))
 }
 
 /// Where compiled code is cached: `$SWAN_CACHE_DIR`, else
@@ -240,7 +273,7 @@ fn compile_cache() -> Option<wasmtime::Cache> {
 impl Drop for Engine {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(stop) = self.prewarm_stop.take() {
+        if let Some(stop) = self.background_stop.take() {
             let _ = stop.send(());
         }
         if let Some(ticker) = self.ticker.take() {

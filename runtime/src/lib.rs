@@ -1,15 +1,19 @@
 //! swan: a WebAssembly-sandboxed application server.
 //!
-//! Where a request goes:
+//! Where a request goes, top to bottom (no module imports one above it):
+//!
 //! - [`server`] accepts connections (one runtime per core, or one shared),
-//!   enforces connection limits and timeouts, and hands requests to
-//! - [`app`], which picks the [`site`] by Host and checks request limits,
-//!   then answers from a [`servlet`] (a wasm module run by the [`engine`],
-//!   in a fresh sandboxed instance) or from [`static_files`] (an in-memory
-//!   cache with prebuilt headers).
-//! - [`config`] turns `swan.toml` and flags into a validated [`Config`];
-//!   [`respond`] builds every response swan makes itself; [`body`] is the
-//!   response body type.
+//!   enforces connection limits and timeouts, and hands each request to
+//! - [`app`], the request layer: a request id and span, the [`site`] by
+//!   Host, the path normalised once, then
+//! - a [`servlet`] route (a wasm guest run by the [`engine`] in a fresh
+//!   sandboxed instance) or [`static_files`] (an in-memory cache with
+//!   prebuilt headers). Every failure on the way is a
+//!   [`request::RequestError`], turned into a response in one place.
+//!
+//! Beside them: [`config`] turns `swan.toml` and flags into a validated
+//! [`Config`]; [`reload`] watches files and swaps new state in; [`body`]
+//! is the response body type.
 //!
 //! The binary (`main.rs`) is a thin layer over [`serve`]: tests call the same
 //! entry point with a socket bound to `127.0.0.1:0` and a shutdown future.
@@ -19,8 +23,9 @@ pub mod body;
 mod clock;
 pub mod config;
 pub mod engine;
+mod file_stamp;
 pub mod reload;
-pub mod respond;
+pub mod request;
 pub mod server;
 pub mod servlet;
 pub mod site;
@@ -28,7 +33,5 @@ pub mod static_files;
 
 pub use app::App;
 pub use config::{Config, ConfigError, Overrides};
-pub use engine::Engine;
 pub use server::listener::{BindError, bind};
 pub use server::{ServeError, serve};
-pub use site::Sites;

@@ -12,7 +12,8 @@ use clap::{Args, Parser, Subcommand};
 
 use swan::config::RuntimeModel;
 use swan::reload::{ConfigSource, Reloader};
-use swan::{App, Config, ConfigError, Overrides, Sites};
+use swan::site::Sites;
+use swan::{App, Config, ConfigError, Overrides};
 
 /// swan: static files from memory and WebAssembly servlets, sandboxed.
 #[derive(Debug, Parser)]
@@ -91,8 +92,12 @@ fn main() -> ExitCode {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal, and never with NO_COLOR set.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
@@ -185,7 +190,7 @@ fn print_banner(config: &Config, sites: &Sites, bound: &[std::net::SocketAddr], 
         let s = site.cache.stats();
         files += s.cached_files + s.streamed_files;
         bytes += s.cached_bytes;
-        servlets += site.routes.iter().count();
+        servlets += site.servlets.routes.iter().count();
     }
     let urls: Vec<String> = bound.iter().map(|a| format!("http://{a}/")).collect();
     println!(
@@ -257,8 +262,12 @@ fn check(config: &Config) -> anyhow::Result<()> {
         if let Some(cc) = &c.cache_control {
             println!("  cache_control {cc}");
         }
-        for route in site.routes.iter() {
-            let info = route.servlet.info();
+        for route in site.servlets.routes.iter() {
+            let swan::servlet::Target::Servlet(servlet) = &route.target else {
+                println!("  servlet {:<16} (build failed)", route.path.to_string());
+                continue;
+            };
+            let info = servlet.info();
             let l = &info.limits;
             println!(
                 "  servlet {:<16} {} ({:?}): memory {}, timeout {:?}, body {}, response {}, concurrency {}, reuse {}",
@@ -273,7 +282,7 @@ fn check(config: &Config) -> anyhow::Result<()> {
                 l.reuse,
             );
         }
-        for refused in &site.refused {
+        for refused in &site.servlets.refused {
             problems += 1;
             eprintln!("error: servlet refused: {}", refused.error);
         }

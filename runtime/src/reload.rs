@@ -9,7 +9,11 @@
 //! `Sites` replaces the old one in one atomic store: a request sees either
 //! the old state or the new one, never a mix, and requests already running
 //! finish with what they started with.
+//!
+//! Over 400 lines on purpose: watching, batching and the three kinds of
+//! swap (files, servlets, configuration) share the one reload loop's state.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -18,8 +22,6 @@ use std::time::{Duration, Instant};
 
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecursiveMode, Watcher};
-
-use std::collections::HashSet;
 
 use crate::app::App;
 use crate::config::{Config, Overrides};
@@ -291,17 +293,17 @@ fn run(
 /// Compiles every baseline-compiled servlet again with Cranelift, each on
 /// a thread of its own; the result comes back as `Msg::TierUp`.
 fn schedule_tier_up(app: &App, tx: &mpsc::Sender<Msg>, tiering: &mut HashSet<usize>) {
-    let Some(engine) = app.engine.clone() else {
+    let Some(loader) = app.loader.clone() else {
         return;
     };
     for site in app.sites.load().iter() {
-        for old in site.routes.baseline_servlets() {
+        for old in site.servlets.baseline_servlets() {
             if !tiering.insert(Arc::as_ptr(&old) as usize) {
                 continue;
             }
-            let (engine, tx) = (engine.clone(), tx.clone());
+            let (loader, tx) = (loader.clone(), tx.clone());
             let spawned = std::thread::Builder::new().name("swan-tier-up".to_owned()).spawn(move || {
-                match Servlet::load_tier(&engine, old.info().clone(), Tier::Optimized) {
+                match loader.load_servlet(old.info().clone(), Tier::Optimized) {
                     Ok(new) => {
                         let _ = tx.send(Msg::TierUp { old, new });
                     }
@@ -322,14 +324,13 @@ fn tier_up(app: &App, old: &Arc<Servlet>, new: &Arc<Servlet>) {
     let mut swapped = false;
     let sites = current
         .iter()
-        .map(|site| match site.routes.with_servlet_replaced(old, new) {
-            Some(routes) => {
+        .map(|site| match site.servlets.with_servlet_replaced(old, new) {
+            Some(servlets) => {
                 swapped = true;
                 Arc::new(Site {
                     config: site.config.clone(),
                     cache: site.cache.clone(),
-                    routes: Arc::new(routes),
-                    refused: site.refused.clone(),
+                    servlets: Arc::new(servlets),
                 })
             }
             None => site.clone(),
@@ -353,7 +354,7 @@ fn refresh_sites(app: &App, touched: &[Refresh]) {
             if !what.files && !what.servlets {
                 return site.clone();
             }
-            match Site::refresh(&site.config, app.engine.as_ref(), Some(site), *what) {
+            match Site::refresh(&site.config, app.loader.as_ref(), Some(site), *what) {
                 Ok(new) => {
                     changed = true;
                     Arc::new(new)
@@ -387,11 +388,7 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
             "[server] settings changed (listeners, workers, limits): they take effect after a restart"
         );
     }
-    let wants_engine = config
-        .sites
-        .iter()
-        .any(|s| s.servlets.is_some() || !s.routes.is_empty());
-    if wants_engine && app.engine.is_none() {
+    if config.wants_servlets() && app.loader.is_none() {
         tracing::warn!(
             "servlets were added to a server started without any: restart to enable them"
         );
@@ -404,7 +401,7 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
             .find(|s| s.config.name == site_config.name && s.config.root == site_config.root);
         match Site::refresh(
             site_config,
-            app.engine.as_ref(),
+            app.loader.as_ref(),
             previous.map(|p| &**p),
             Refresh::ALL,
         ) {

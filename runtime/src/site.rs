@@ -1,34 +1,33 @@
-//! Virtual hosts: which site answers a request, by its Host header.
+//! Virtual hosts: which site answers a request, by its Host header, and
+//! what a site is (its files and its servlets).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::{Config, SiteConfig};
-use crate::engine::Engine;
-use crate::servlet::{Refused, Routes};
-use crate::static_files::{LoadError, SiteCache};
+use crate::servlet::{Loader, SiteServlets, Target};
+use crate::static_files::{CacheError, SiteCache};
 
 /// Longest host name looked up; longer ones go to the default site.
 const MAX_HOST_LEN: usize = 255;
 
-/// One site: its settings and its loaded files.
+/// One site: its settings, its files and its servlets.
 #[derive(Debug)]
 pub struct Site {
     /// Settings from the configuration.
     pub config: SiteConfig,
     /// Static files.
     pub cache: Arc<SiteCache>,
-    /// Servlet routes.
-    pub routes: Arc<Routes>,
-    /// Servlets that could not be loaded, with the reason.
-    pub refused: Vec<Refused>,
+    /// Servlet routes, and servlets that could not be loaded.
+    pub servlets: Arc<SiteServlets>,
 }
 
 impl Site {
     /// Loads a site's files and servlets. Servlets that cannot load are
-    /// kept in `refused` with the reason; the rest of the site serves.
-    pub fn load(config: &SiteConfig, engine: Option<&Arc<Engine>>) -> Result<Site, LoadError> {
-        Site::refresh(config, engine, None, Refresh::ALL)
+    /// listed in `servlets.refused` with the reason; the rest of the site
+    /// serves.
+    pub fn load(config: &SiteConfig, loader: Option<&Arc<Loader>>) -> Result<Site, CacheError> {
+        Site::refresh(config, loader, None, Refresh::ALL)
     }
 
     /// Builds the site again from `config`, reusing what `previous` already
@@ -38,56 +37,48 @@ impl Site {
     /// changed; the others are taken from `previous` as they are.
     pub fn refresh(
         config: &SiteConfig,
-        engine: Option<&Arc<Engine>>,
+        loader: Option<&Arc<Loader>>,
         previous: Option<&Site>,
         what: Refresh,
-    ) -> Result<Site, LoadError> {
+    ) -> Result<Site, CacheError> {
         let cache = match previous {
             Some(p) if !what.files => p.cache.clone(),
             Some(p) => Arc::new(p.cache.reload(config)?),
             None => Arc::new(SiteCache::load(config)?),
         };
-        let (routes, refused) = match (engine, previous) {
-            (_, Some(p)) if !what.servlets => (p.routes.clone(), p.refused.clone()),
-            (Some(engine), p) => {
-                let (routes, refused) = Routes::load(engine, config, p.map(|p| &*p.routes));
-                (Arc::new(routes), refused)
-            }
-            (None, _) => (Arc::new(Routes::default()), Vec::new()),
+        let servlets = match (loader, previous) {
+            (_, Some(p)) if !what.servlets => p.servlets.clone(),
+            (Some(loader), p) => Arc::new(loader.load_site(config, p.map(|p| &*p.servlets))),
+            (None, _) => Arc::new(SiteServlets::default()),
         };
         if what.servlets {
-            for r in &refused {
+            for r in &servlets.refused {
                 tracing::error!(site = %config.name, "servlet refused: {}", r.error);
             }
         }
-        let paths = cache.paths();
-        for route in routes
-            .iter()
-            .filter(|_| what.servlets || previous.is_none())
-        {
-            let shadowed = paths
-                .iter()
-                .filter(|p| {
-                    routes
-                        .find(p)
-                        .is_some_and(|(s, _)| Arc::ptr_eq(s, &route.servlet))
-                })
-                .count();
-            if shadowed > 0 {
-                tracing::warn!(
-                    site = %config.name,
-                    route = %route.path,
-                    shadowed,
-                    "servlet route shadows static files under the same path"
-                );
-            }
+        if what.servlets || previous.is_none() {
+            warn_shadowed(config, &cache, &servlets);
         }
         Ok(Site {
             config: config.clone(),
             cache,
-            routes,
-            refused,
+            servlets,
         })
+    }
+}
+
+/// Says once which servlet routes hide static files.
+fn warn_shadowed(config: &SiteConfig, cache: &SiteCache, servlets: &SiteServlets) {
+    let counts = servlets.routes.shadowed(cache.paths());
+    for (route, shadowed) in servlets.routes.iter().zip(counts) {
+        if shadowed > 0 && matches!(route.target, Target::Servlet(_)) {
+            tracing::warn!(
+                site = %config.name,
+                route = %route.path,
+                shadowed,
+                "servlet route shadows static files under the same path"
+            );
+        }
     }
 }
 
@@ -117,13 +108,13 @@ pub struct Sites {
 }
 
 impl Sites {
-    /// Loads every site of a configuration; `engine` runs the servlets
+    /// Loads every site of a configuration; `loader` loads the servlets
     /// (`None`: static files only).
-    pub fn load(config: &Config, engine: Option<&Arc<Engine>>) -> Result<Sites, LoadError> {
+    pub fn load(config: &Config, loader: Option<&Arc<Loader>>) -> Result<Sites, CacheError> {
         let sites = config
             .sites
             .iter()
-            .map(|s| Site::load(s, engine).map(Arc::new))
+            .map(|s| Site::load(s, loader).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Sites::new(sites))
     }

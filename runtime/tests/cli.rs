@@ -218,3 +218,85 @@ fn serve_prints_a_banner_answers_and_exits_0_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A servlet that prints a line through WASI, then traps.
+const NOISY_TRAP: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write"
+    (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "\64\00\00\00\0c\00\00\00")
+  (data (i32.const 100) "printed line")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32)
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 200)))
+    unreachable))"#;
+
+#[test]
+fn every_log_line_of_a_request_carries_its_id() {
+    let dir = site();
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    std::fs::write(
+        dir.path().join("servlets/noisy.wasm"),
+        wat::parse_str(NOISY_TRAP).expect("wat"),
+    )
+    .expect("write");
+    let mut child = swan()
+        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(dir.path().join("www"))
+        .arg("--servlets")
+        .arg(dir.path().join("servlets"))
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut banner = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut banner)
+        .expect("banner");
+    let addr = banner
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .map(|a| a.trim_end_matches('/').to_owned())
+        .expect("url in banner");
+    let mut stream = TcpStream::connect(&addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    stream
+        .write_all(b"GET /noisy HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("write");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("read");
+    assert!(reply.starts_with("HTTP/1.1 500"), "{reply}");
+    assert!(!reply.contains("unreachable"), "trap text leaked: {reply}");
+    let id = reply
+        .lines()
+        .find_map(|l| l.strip_prefix("x-request-id: "))
+        .expect("x-request-id")
+        .trim()
+        .to_owned();
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut log)
+        .expect("log");
+    let _ = child.wait();
+    let request_lines: Vec<&str> = log.lines().filter(|l| l.contains("noisy")).collect();
+    let printed = request_lines
+        .iter()
+        .find(|l| l.contains("printed line"))
+        .unwrap_or_else(|| panic!("the servlet's output is logged: {log}"));
+    let trapped = request_lines
+        .iter()
+        .find(|l| l.contains("trap"))
+        .unwrap_or_else(|| panic!("the trap is logged: {log}"));
+    for line in [printed, trapped] {
+        assert!(line.contains(&format!("request_id={id}")), "{line}");
+    }
+}

@@ -5,6 +5,7 @@ mod config_ui;
 mod examples;
 mod http;
 mod reload;
+mod request_id;
 mod servlets;
 mod sources;
 mod static_files;

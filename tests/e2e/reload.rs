@@ -181,7 +181,7 @@ async fn a_truncated_or_invalid_wasm_keeps_the_working_version() -> Result<()> {
                 .sites
                 .load()
                 .iter()
-                .any(|s| s.refused.iter().any(|r| r.kept_previous))
+                .any(|s| s.servlets.refused.iter().any(|r| r.kept_previous))
         })
         .await
     );
@@ -312,24 +312,20 @@ async fn a_changed_servlet_goes_live_on_the_baseline_compiler_then_gets_optimise
             .load()
             .iter()
             .next()
-            .and_then(|s| s.routes.find("/tiered").map(|(s, _)| s.tier()))
+            .and_then(|s| s.servlets.servlet_at("/tiered").map(|s| s.tier()))
     };
     // At start everything is compiled by Cranelift.
     assert_eq!(tier(&server), Some(swan::engine::Tier::Optimized));
     // The baseline compiler (Winch) handles these modules.
-    let engine = server.app().engine.clone().expect("engine");
+    let loader = server.app().loader.clone().expect("engine");
     let info = server
         .app()
         .sites
         .load()
         .iter()
         .next()
-        .and_then(|s| s.routes.find("/tiered").map(|(s, _)| s.info().clone()));
-    let baseline = swan::servlet::Servlet::load_tier(
-        &engine,
-        info.expect("route"),
-        swan::engine::Tier::Baseline,
-    )?;
+        .and_then(|s| s.servlets.servlet_at("/tiered").map(|s| s.info().clone()));
+    let baseline = loader.load_servlet(info.expect("route"), swan::engine::Tier::Baseline)?;
     assert_eq!(baseline.tier(), swan::engine::Tier::Baseline);
     site.file("servlets/tiered.wasm", version("second"))?;
     assert!(eventually(WAIT, || text_is(&server, "/tiered", "second")).await);

@@ -401,7 +401,12 @@ async fn modules_that_break_the_contract_are_refused_at_load_with_the_reason() -
     let (_site, server) = start(&files, "").await?;
     let sites = server.app().sites.load();
     let site = sites.iter().next().expect("site");
-    let reasons: Vec<String> = site.refused.iter().map(|r| r.error.to_string()).collect();
+    let reasons: Vec<String> = site
+        .servlets
+        .refused
+        .iter()
+        .map(|r| r.error.to_string())
+        .collect();
     for (file, want) in [
         (
             "version.wasm",

@@ -56,7 +56,7 @@ async fn a_c_folder_is_built_at_start_rebuilt_on_change_and_a_broken_build_keeps
     assert!(
         eventually(WAIT, || async {
             server.app().sites.load().iter().any(|s| {
-                s.routes
+                s.servlets
                     .failed_build("greet")
                     .is_some_and(|e| e.output.contains("error"))
             })
@@ -74,7 +74,7 @@ async fn a_c_folder_is_built_at_start_rebuilt_on_change_and_a_broken_build_keeps
             .sites
             .load()
             .iter()
-            .all(|s| s.routes.build_error("/greet").is_none())
+            .all(|s| s.servlets.servlet_at("/greet").is_some())
     );
     Ok(())
 }

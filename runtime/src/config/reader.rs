@@ -5,6 +5,10 @@
 //! document is parsed into toml's spanned tree and read key by key here:
 //! every getter records its own problems and carries on, and keys nobody
 //! asked for are reported as unknown, with a suggestion when one is close.
+//!
+//! Over 400 lines on purpose: one type (the table reader) with a getter per
+//! kind of value, each with its own wording, and the unit parsers they
+//! share; split apart they would only import each other.
 
 use std::ops::Range;
 use std::path::Path;
@@ -59,9 +63,12 @@ impl<'s> Diagnostics<'s> {
         self.problems.extend(problems);
     }
 
-    /// Line and column of a byte offset in this source.
-    pub(crate) fn locate(&self, offset: usize) -> (usize, usize) {
-        line_column(self.source, offset)
+    /// All problems, in file order, when some were found.
+    pub(crate) fn into_error(self) -> ConfigError {
+        match self.into_result() {
+            Err(e) => e,
+            Ok(()) => ConfigError::new(Vec::new()),
+        }
     }
 
     /// All problems, in file order.
@@ -99,6 +106,21 @@ pub(crate) struct TableReader<'a, 'i> {
     path: String,
     span: Range<usize>,
     entries: Vec<(&'a str, Range<usize>, &'a Spanned<DeValue<'i>>, bool)>,
+    /// Every key the code asked for, present or not (tests compare this
+    /// with the list of known keys, so the two cannot drift apart).
+    #[cfg(test)]
+    asked: Vec<String>,
+}
+
+/// A finished table: its path, its known keys, the keys the code asked for.
+#[cfg(test)]
+pub(crate) type FinishedTable = (String, Vec<String>, Vec<String>);
+
+#[cfg(test)]
+thread_local! {
+    /// Every table finished on this thread.
+    pub(crate) static FINISHED: std::cell::RefCell<Vec<FinishedTable>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl<'a, 'i> TableReader<'a, 'i> {
@@ -112,6 +134,8 @@ impl<'a, 'i> TableReader<'a, 'i> {
             path: path.into(),
             span,
             entries,
+            #[cfg(test)]
+            asked: Vec::new(),
         }
     }
 
@@ -136,6 +160,8 @@ impl<'a, 'i> TableReader<'a, 'i> {
 
     /// Takes the raw value of `key`, marking it as known.
     pub(crate) fn take(&mut self, key: &str) -> Option<&'a Spanned<DeValue<'i>>> {
+        #[cfg(test)]
+        self.asked.push(key.to_owned());
         self.entries
             .iter_mut()
             .find(|(k, ..)| *k == key)
@@ -147,6 +173,14 @@ impl<'a, 'i> TableReader<'a, 'i> {
 
     /// Reports every key that was not taken.
     pub(crate) fn finish(self, diag: &mut Diagnostics<'_>, known: &[&str]) {
+        #[cfg(test)]
+        FINISHED.with(|f| {
+            f.borrow_mut().push((
+                self.path.clone(),
+                known.iter().map(|k| (*k).to_owned()).collect(),
+                self.asked.clone(),
+            ))
+        });
         for (key, span, _, used) in &self.entries {
             if *used {
                 continue;

@@ -10,6 +10,7 @@
 
 mod conn;
 pub mod listener;
+mod watchdog;
 
 use std::future::Future;
 use std::io;
@@ -23,7 +24,7 @@ use tokio_util::task::TaskTracker;
 use crate::app::App;
 use crate::clock;
 use crate::config::RuntimeModel;
-use conn::Limits;
+use watchdog::Limits;
 
 /// Pause after an accept error such as running out of file descriptors.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);

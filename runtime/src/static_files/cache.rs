@@ -5,6 +5,10 @@
 //! their complete response headers already built, for each encoding that is
 //! worth serving; larger ones keep only their headers and are streamed from
 //! disk. A cache hit is then a hash lookup and a clone of prebuilt parts.
+//!
+//! Over 400 lines on purpose: the cache's types and the one loader that
+//! builds them; the headers prebuilt at load and the reuse rules on reload
+//! belong together.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -16,11 +20,12 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 
 use super::compress::{self, Encoding};
-use crate::config::SiteConfig;
+use crate::config::{CacheConfig, SiteConfig};
+use crate::file_stamp::FileStamp;
 
-/// Why a site could not be loaded.
+/// Why a site's files could not be loaded.
 #[derive(Debug, thiserror::Error)]
-pub enum LoadError {
+pub enum CacheError {
     /// The root folder could not be read.
     #[error("cannot read site root {path}")]
     Root {
@@ -82,28 +87,21 @@ pub struct CachedFile {
     fingerprint: Fingerprint,
 }
 
-/// Size and modification time (nanoseconds) of a file and of its `.br`
-/// and `.gz` siblings: a reload reuses an entry whose fingerprint has not
-/// changed instead of reading and compressing the file again.
+/// The stamps of a file and of its `.br` and `.gz` siblings: a reload
+/// reuses an entry whose fingerprint has not changed instead of reading and
+/// compressing the file again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Fingerprint([(u64, u128); 3]);
+struct Fingerprint([Option<FileStamp>; 3]);
 
 impl Fingerprint {
     fn of(path: &Path, meta: &std::fs::Metadata) -> Fingerprint {
-        let stamp = |m: &std::fs::Metadata| {
-            let nanos = m
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos());
-            (m.len(), nanos)
-        };
-        let sibling = |suffix: &str| {
-            std::fs::metadata(format!("{}.{suffix}", path.display()))
-                .map(|m| stamp(&m))
-                .unwrap_or((u64::MAX, 0))
-        };
-        Fingerprint([stamp(meta), sibling("br"), sibling("gz")])
+        let sibling =
+            |suffix: &str| FileStamp::of(Path::new(&format!("{}.{suffix}", path.display())));
+        Fingerprint([
+            Some(FileStamp::from_meta(meta)),
+            sibling("br"),
+            sibling("gz"),
+        ])
     }
 }
 
@@ -147,7 +145,7 @@ pub struct SiteCache {
     not_found: Option<Arc<NotFoundPage>>,
     stats: CacheStats,
     /// The settings the entries' headers were built with.
-    built_with: (Option<String>, crate::config::CacheConfig),
+    built_with: (Option<String>, CacheConfig),
 }
 
 /// The site's own `404.html`, with headers for a 404 answer.
@@ -161,14 +159,14 @@ pub struct NotFoundPage {
 
 impl SiteCache {
     /// Reads every file under the site's root.
-    pub fn load(site: &SiteConfig) -> Result<SiteCache, LoadError> {
+    pub fn load(site: &SiteConfig) -> Result<SiteCache, CacheError> {
         SiteCache::load_reusing(site, None)
     }
 
     /// Reads the site's root again, reusing the entries of `self` whose
     /// files have not changed (no re-read, no re-compression): a walk and a
     /// few `stat` calls per file.
-    pub fn reload(&self, site: &SiteConfig) -> Result<SiteCache, LoadError> {
+    pub fn reload(&self, site: &SiteConfig) -> Result<SiteCache, CacheError> {
         // Entries carry headers built from these settings: reuse them only
         // while the settings are the same.
         let same_settings = self.built_with == (site.cache_control.clone(), site.cache);
@@ -178,11 +176,14 @@ impl SiteCache {
     fn load_reusing(
         site: &SiteConfig,
         previous: Option<&SiteCache>,
-    ) -> Result<SiteCache, LoadError> {
-        let root = site.root.canonicalize().map_err(|source| LoadError::Root {
-            path: site.root.clone(),
-            source,
-        })?;
+    ) -> Result<SiteCache, CacheError> {
+        let root = site
+            .root
+            .canonicalize()
+            .map_err(|source| CacheError::Root {
+                path: site.root.clone(),
+                source,
+            })?;
         let cache_control = site
             .cache_control
             .as_deref()
@@ -196,7 +197,7 @@ impl SiteCache {
             previous,
         };
         loader.cache.dirs.insert("/".into());
-        loader.walk(&root, "").map_err(|source| LoadError::Root {
+        loader.walk(&root, "").map_err(|source| CacheError::Root {
             path: site.root.clone(),
             source,
         })?;
@@ -316,16 +317,7 @@ impl Loader<'_> {
         let fingerprint = Fingerprint::of(path, meta);
         match self.previous.and_then(|p| p.files.get(key.as_str())) {
             Some(Resource::Memory(f)) if f.fingerprint == fingerprint => {
-                let size = f.identity.body.len()
-                    + f.brotli.as_ref().map_or(0, |v| v.body.len())
-                    + f.gzip.as_ref().map_or(0, |v| v.body.len());
-                self.cache.stats.cached_files += 1;
-                self.cache.stats.cached_bytes += size as u64;
-                self.cache.stats.compressed_variants +=
-                    usize::from(f.brotli.is_some()) + usize::from(f.gzip.is_some());
-                self.cache
-                    .files
-                    .insert(key.into(), Resource::Memory(f.clone()));
+                self.add_cached(key, f.clone());
                 return Ok(());
             }
             Some(Resource::Disk(f)) if f.fingerprint == fingerprint => {
@@ -346,12 +338,8 @@ impl Loader<'_> {
             if len <= self.site.cache.max_file_size {
                 tracing::warn!(site = %self.site.name, file = %path.display(), "cache budget used up: streaming from disk");
             }
-            let mtime_nanos = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos());
-            let etag = quoted_etag(&format!("{len:x}-{mtime_nanos:x}"));
+            let stamp = FileStamp::from_meta(meta);
+            let etag = quoted_etag(&format!("{:x}-{:x}", stamp.len, stamp.mtime_ns));
             let rep = self.representation(&content_type, len, etag, &last_modified, None, false);
             self.cache.stats.streamed_files += 1;
             self.cache.files.insert(
@@ -408,24 +396,30 @@ impl Loader<'_> {
             ),
             body: data,
         };
-        let size = identity.body.len()
-            + brotli.as_ref().map_or(0, |v| v.body.len())
-            + gzip.as_ref().map_or(0, |v| v.body.len());
-        self.cache.stats.cached_files += 1;
-        self.cache.stats.cached_bytes += size as u64;
-        self.cache.stats.compressed_variants +=
-            usize::from(brotli.is_some()) + usize::from(gzip.is_some());
-        self.cache.files.insert(
-            key.into(),
-            Resource::Memory(Arc::new(CachedFile {
+        self.add_cached(
+            key,
+            Arc::new(CachedFile {
                 identity,
                 brotli,
                 gzip,
                 modified,
                 fingerprint,
-            })),
+            }),
         );
         Ok(())
+    }
+
+    /// Adds a file held in memory, counting it in the statistics.
+    fn add_cached(&mut self, key: String, file: Arc<CachedFile>) {
+        let variants = [&file.brotli, &file.gzip];
+        let stats = &mut self.cache.stats;
+        stats.cached_files += 1;
+        stats.cached_bytes += file.identity.body.len() as u64;
+        for v in variants.iter().flat_map(|v| v.as_ref()) {
+            stats.cached_bytes += v.body.len() as u64;
+            stats.compressed_variants += 1;
+        }
+        self.cache.files.insert(key.into(), Resource::Memory(file));
     }
 
     fn representation(
@@ -464,7 +458,7 @@ impl Loader<'_> {
 }
 
 /// Content-Type from the extension, with a charset for text.
-pub fn content_type_for(path: &Path) -> HeaderValue {
+pub(crate) fn content_type_for(path: &Path) -> HeaderValue {
     let mime = mime_guess::from_path(path).first_or_octet_stream();
     let essence = mime.essence_str();
     let text = mime.type_() == mime_guess::mime::TEXT

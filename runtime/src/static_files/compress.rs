@@ -16,7 +16,7 @@ const BROTLI_WINDOW: u32 = 22;
 
 /// A content coding swan can serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Encoding {
+pub(crate) enum Encoding {
     /// `br`
     Brotli,
     /// `gzip`
@@ -25,7 +25,7 @@ pub enum Encoding {
 
 impl Encoding {
     /// The `Content-Encoding` header value.
-    pub fn header_value(self) -> HeaderValue {
+    pub(crate) fn header_value(self) -> HeaderValue {
         match self {
             Encoding::Brotli => HeaderValue::from_static("br"),
             Encoding::Gzip => HeaderValue::from_static("gzip"),
@@ -33,7 +33,7 @@ impl Encoding {
     }
 
     /// The file-name suffix of a precompressed sibling.
-    pub fn suffix(self) -> &'static str {
+    pub(crate) fn suffix(self) -> &'static str {
         match self {
             Encoding::Brotli => "br",
             Encoding::Gzip => "gz",
@@ -104,7 +104,7 @@ pub(crate) fn worth_keeping(original: usize, compressed: usize) -> bool {
 
 /// Which codings the client accepts, from its `Accept-Encoding` header.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Accepted {
+pub(crate) struct Accepted {
     /// `br` accepted with q > 0.
     pub brotli: bool,
     /// `gzip` (or `x-gzip`) accepted with q > 0.
@@ -113,7 +113,7 @@ pub struct Accepted {
 
 impl Accepted {
     /// Parses an `Accept-Encoding` value without allocating.
-    pub fn parse(value: &[u8]) -> Accepted {
+    pub(crate) fn parse(value: &[u8]) -> Accepted {
         let Ok(value) = std::str::from_utf8(value) else {
             return Accepted::default();
         };

@@ -1,6 +1,7 @@
-//! Answering a request from a site's cache: method check, path
-//! normalisation, folders and index files, conditional requests, ranges and
-//! content-coding negotiation.
+//! Answering a request from a site's cache: method check, folders and
+//! index files, conditional requests, ranges and content-coding
+//! negotiation. Failures are returned as [`RequestError`]s; the app turns
+//! them into responses (and a 404 into the site's own page).
 
 use std::time::SystemTime;
 
@@ -9,41 +10,40 @@ use http::{Method, Request, Response, StatusCode};
 
 use super::cache::{CachedFile, DiskFile, Representation, Resource, SiteCache, Variant};
 use super::compress::Accepted;
-use super::path::{self, PathError};
 use crate::body::Body;
-use crate::respond::{self as errors, simple};
+use crate::request::RequestError;
 
 /// The file served for a folder path ending in `/`.
 pub const INDEX_FILE: &str = "index.html";
 
-/// Answers a GET or HEAD for a static path.
-pub async fn respond<B>(cache: &SiteCache, req: &Request<B>) -> Response<Body> {
+/// Methods a static path answers.
+const ALLOW: &str = "GET, HEAD";
+
+/// Answers a GET or HEAD for `normalized`, the request's path as
+/// `request::path::normalize` made it.
+pub async fn respond<B>(
+    cache: &SiteCache,
+    req: &Request<B>,
+    normalized: &str,
+) -> Result<Response<Body>, RequestError> {
     let head = match *req.method() {
         Method::GET => false,
         Method::HEAD => true,
-        _ => return errors::method_not_allowed(),
-    };
-    let raw_path = req.uri().path();
-    let normalized = match path::normalize(raw_path) {
-        Ok(p) => p,
-        Err(e) if e.is_not_found() => return not_found(cache, head),
-        Err(PathError::EscapesRoot) | Err(_) => {
-            return simple(StatusCode::BAD_REQUEST, "Bad Request");
-        }
+        _ => return Err(RequestError::MethodNotAllowed { allow: ALLOW }),
     };
     let resource = if normalized.ends_with('/') {
         let mut index = String::with_capacity(normalized.len() + INDEX_FILE.len());
-        index.push_str(&normalized);
+        index.push_str(normalized);
         index.push_str(INDEX_FILE);
         cache.get(&index)
     } else {
-        cache.get(&normalized)
+        cache.get(normalized)
     };
     let Some(resource) = resource else {
         if !normalized.ends_with('/') && cache.is_dir(&format!("{normalized}/")) {
-            return redirect_to_folder(req);
+            return Ok(redirect_to_folder(req));
         }
-        return not_found(cache, head);
+        return Err(RequestError::NotFound);
     };
     match resource {
         Resource::Memory(file) => from_memory(file, req, head),
@@ -51,7 +51,11 @@ pub async fn respond<B>(cache: &SiteCache, req: &Request<B>) -> Response<Body> {
     }
 }
 
-fn from_memory<B>(file: &CachedFile, req: &Request<B>, head: bool) -> Response<Body> {
+fn from_memory<B>(
+    file: &CachedFile,
+    req: &Request<B>,
+    head: bool,
+) -> Result<Response<Body>, RequestError> {
     let headers = req.headers();
     let range = headers.get(header::RANGE);
     // Ranges apply to the identity body only (documented in README).
@@ -61,7 +65,7 @@ fn from_memory<B>(file: &CachedFile, req: &Request<B>, head: bool) -> Response<B
         choose_variant(file, headers)
     };
     if let Some(res) = not_modified(&variant.rep, file.modified, headers) {
-        return res;
+        return Ok(res);
     }
     if let Some(range) = range {
         match byte_range(range, headers, &file.identity.rep, file.modified) {
@@ -72,9 +76,13 @@ fn from_memory<B>(file: &CachedFile, req: &Request<B>, head: bool) -> Response<B
                 } else {
                     Body::full(file.identity.body.slice(start as usize..=end as usize))
                 };
-                return partial(&file.identity.rep, start, end, body);
+                return Ok(partial(&file.identity.rep, start, end, body));
             }
-            RangeAnswer::Unsatisfiable => return unsatisfiable(file.identity.rep.len),
+            RangeAnswer::Unsatisfiable => {
+                return Err(RequestError::RangeNotSatisfiable {
+                    len: file.identity.rep.len,
+                });
+            }
         }
     }
     let body = if head {
@@ -82,20 +90,30 @@ fn from_memory<B>(file: &CachedFile, req: &Request<B>, head: bool) -> Response<B
     } else {
         Body::full(variant.body.clone())
     };
-    with_headers(StatusCode::OK, variant.rep.headers.clone(), body)
+    Ok(with_headers(
+        StatusCode::OK,
+        variant.rep.headers.clone(),
+        body,
+    ))
 }
 
-async fn from_disk<B>(file: &DiskFile, req: &Request<B>, head: bool) -> Response<Body> {
+async fn from_disk<B>(
+    file: &DiskFile,
+    req: &Request<B>,
+    head: bool,
+) -> Result<Response<Body>, RequestError> {
     let headers = req.headers();
     if let Some(res) = not_modified(&file.rep, file.modified, headers) {
-        return res;
+        return Ok(res);
     }
     let (start, len, partial_range) = match headers.get(header::RANGE) {
         None => (0, file.rep.len, None),
         Some(range) => match byte_range(range, headers, &file.rep, file.modified) {
             RangeAnswer::Full => (0, file.rep.len, None),
             RangeAnswer::Partial(s, e) => (s, e - s + 1, Some((s, e))),
-            RangeAnswer::Unsatisfiable => return unsatisfiable(file.rep.len),
+            RangeAnswer::Unsatisfiable => {
+                return Err(RequestError::RangeNotSatisfiable { len: file.rep.len });
+            }
         },
     };
     let body = if head {
@@ -105,14 +123,14 @@ async fn from_disk<B>(file: &DiskFile, req: &Request<B>, head: bool) -> Response
             Ok(f) => Body::file(f, len),
             Err(e) => {
                 tracing::warn!(file = %file.path.display(), error = %e, "cannot stream file");
-                return simple(StatusCode::NOT_FOUND, "Not Found");
+                return Err(RequestError::NotFound);
             }
         }
     };
-    match partial_range {
+    Ok(match partial_range {
         Some((s, e)) => partial(&file.rep, s, e, body),
         None => with_headers(StatusCode::OK, file.rep.headers.clone(), body),
-    }
+    })
 }
 
 /// Opens a file and seeks to `start`, refusing a file whose size changed
@@ -274,46 +292,32 @@ fn partial(rep: &Representation, start: u64, end: u64, body: Body) -> Response<B
     with_headers(StatusCode::PARTIAL_CONTENT, headers, body)
 }
 
-fn unsatisfiable(len: u64) -> Response<Body> {
-    let mut res = simple(StatusCode::RANGE_NOT_SATISFIABLE, "Range Not Satisfiable");
-    if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
-        res.headers_mut().insert(header::CONTENT_RANGE, v);
-    }
-    res
-}
-
 fn redirect_to_folder<B>(req: &Request<B>) -> Response<Body> {
     let uri = req.uri();
     let location = match uri.query() {
         Some(q) => format!("{}/?{q}", uri.path()),
         None => format!("{}/", uri.path()),
     };
-    let mut res = simple(StatusCode::MOVED_PERMANENTLY, "Moved Permanently");
+    let mut res = crate::request::error::page(StatusCode::MOVED_PERMANENTLY);
     if let Ok(v) = HeaderValue::from_str(&location) {
         res.headers_mut().insert(header::LOCATION, v);
     }
     res
 }
 
-/// The site's 404 page, or a small built-in one.
-pub fn not_found(cache: &SiteCache, head: bool) -> Response<Body> {
-    match cache.not_found() {
-        Some(page) => {
-            let body = if head {
-                Body::empty()
-            } else {
-                Body::full(page.body.clone())
-            };
-            with_headers(StatusCode::NOT_FOUND, page.headers.clone(), body)
-        }
-        None => {
-            let mut res = simple(StatusCode::NOT_FOUND, "Not Found");
-            if head {
-                *res.body_mut() = Body::empty();
-            }
-            res
-        }
-    }
+/// The site's own 404 page, if it has one.
+pub fn not_found_page(cache: &SiteCache, head: bool) -> Option<Response<Body>> {
+    let page = cache.not_found()?;
+    let body = if head {
+        Body::empty()
+    } else {
+        Body::full(page.body.clone())
+    };
+    Some(with_headers(
+        StatusCode::NOT_FOUND,
+        page.headers.clone(),
+        body,
+    ))
 }
 
 fn with_headers(status: StatusCode, headers: HeaderMap, body: Body) -> Response<Body> {

@@ -10,7 +10,8 @@ use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
-use super::Info;
+use crate::engine::InstanceTicket;
+use crate::servlet::info::ServletInfo;
 
 /// Bytes of stdout and of stderr kept per request for the log.
 const OUTPUT_CAPTURE_BYTES: usize = 64 << 10;
@@ -52,7 +53,7 @@ impl Default for ResponseData {
 pub(crate) struct Host {
     pub(crate) wasi: WasiP1Ctx,
     pub(crate) limits: StoreLimits,
-    pub(crate) info: Arc<Info>,
+    pub(crate) info: Arc<ServletInfo>,
     pub(crate) memory: Option<Memory>,
     pub(crate) request: RequestData,
     pub(crate) response: ResponseData,
@@ -62,10 +63,12 @@ pub(crate) struct Host {
     stderr: MemoryOutputPipe,
     /// Bytes of stdout and stderr already logged (an instance may be reused).
     logged: [usize; 2],
+    /// This instance's place in the process-wide instance budget.
+    _ticket: InstanceTicket,
 }
 
 impl Host {
-    pub(crate) fn new(info: Arc<Info>) -> Host {
+    pub(crate) fn new(info: Arc<ServletInfo>, ticket: InstanceTicket) -> Host {
         let stdout = MemoryOutputPipe::new(OUTPUT_CAPTURE_BYTES);
         let stderr = MemoryOutputPipe::new(OUTPUT_CAPTURE_BYTES);
         let mut wasi = WasiCtxBuilder::new();
@@ -90,6 +93,7 @@ impl Host {
             stdout,
             stderr,
             logged: [0, 0],
+            _ticket: ticket,
         }
     }
 

@@ -47,7 +47,7 @@ const FORBIDDEN: i32 = -2;
 
 /// A servlet broke the ABI's contract; its request fails with 500.
 #[derive(Debug, thiserror::Error)]
-pub enum AbiFault {
+pub(crate) enum AbiFault {
     /// A pointer/length pair outside the guest's memory.
     #[error("servlet passed a buffer outside its memory ({ptr:#x}+{len})")]
     BadPointer {

@@ -5,17 +5,18 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use wasmtime::{ExternType, InstancePre, Module, ValType};
+use wasmtime::{ExternType, Module, ValType};
 
 use super::abi::{self, ABI_VERSION};
-use super::host::Host;
-use super::{Info, instantiate};
+use super::{Linkers, NativeGuest};
 use crate::engine::{Engine, Tier};
+use crate::servlet::guest::Guest;
+use crate::servlet::info::ServletInfo;
 
 /// Import module of the swan ABI.
-pub(super) const SWAN_MODULE: &str = "swan";
+const SWAN_MODULE: &str = "swan";
 /// Import module of WASI preview 1.
-pub(super) const WASI_MODULE: &str = "wasi_snapshot_preview1";
+const WASI_MODULE: &str = "wasi_snapshot_preview1";
 
 /// Why a servlet was refused.
 #[derive(Debug, thiserror::Error)]
@@ -76,72 +77,90 @@ pub enum LoadError {
     },
 }
 
-/// A checked, linked module.
-pub(crate) struct Compiled {
-    pub(crate) pre: InstancePre<Host>,
-    pub(crate) tier: Tier,
+impl LoadError {
+    /// The file refused.
+    pub fn file(&self) -> &Path {
+        match self {
+            LoadError::Read { file, .. }
+            | LoadError::Invalid { file, .. }
+            | LoadError::Import { file, .. }
+            | LoadError::Export { file, .. }
+            | LoadError::AbiVersion { file, .. }
+            | LoadError::Instantiate { file, .. } => file,
+        }
+    }
 }
 
-/// Compiles `file` with the `tier` compiler and checks it.
+/// Compiles `info.file` with the `tier` compiler, checks it against the
+/// ABI contract, links it and makes one trial instance (start functions,
+/// memory sizes against the limits, the ABI version), so that a module
+/// that cannot serve is refused before any request.
 pub(crate) fn load(
     engine: &Arc<Engine>,
-    file: &Path,
-    info: &Arc<Info>,
+    linkers: &Linkers,
+    info: Arc<ServletInfo>,
     tier: Tier,
-) -> Result<Compiled, LoadError> {
-    let (wasmtime_engine, linker, tier) = engine.compiler(tier);
-    let bytes = std::fs::read(file).map_err(|source| LoadError::Read {
-        file: file.to_path_buf(),
+) -> Result<(NativeGuest, Tier), LoadError> {
+    let file = info.file.clone();
+    let (wasmtime_engine, tier) = engine.wasmtime(tier);
+    let bytes = std::fs::read(&file).map_err(|source| LoadError::Read {
+        file: file.clone(),
         source,
     })?;
     let module = Module::from_binary(wasmtime_engine, &bytes).map_err(|e| LoadError::Invalid {
-        file: file.to_path_buf(),
+        file: file.clone(),
         reason: format!("{e:#}"),
     })?;
-    check_imports(&module, file)?;
-    check_exports(&module, file)?;
-    let pre = linker
+    check_imports(&module, &file)?;
+    check_exports(&module, &file)?;
+    let pre = linkers
+        .get(tier)
         .instantiate_pre(&module)
         .map_err(|e| LoadError::Instantiate {
-            file: file.to_path_buf(),
+            file: file.clone(),
             reason: format!("{e:#}"),
         })?;
-    // One trial instantiation: start functions, memory sizes against the
-    // limits, and the ABI version are all known before any request.
+    let guest = NativeGuest {
+        pre,
+        info,
+        engine: engine.clone(),
+    };
     let trial = {
-        let (pre, info) = (pre.clone(), info.clone());
+        let guest = guest.clone();
         engine.run_blocking(async move {
-            let mut ready = instantiate(&pre, info).await?;
+            let mut ready = guest.instantiate().await.map_err(|e| format!("{e}"))?;
             let version = ready
                 .instance
-                .get_typed_func::<(), i32>(&mut ready.store, "swan_abi_version")?;
-            ready.store.set_epoch_deadline(u64::MAX / 2);
-            version.call_async(&mut ready.store, ()).await
+                .get_typed_func::<(), i32>(&mut ready.store, "swan_abi_version")
+                .map_err(|e| format!("{e:#}"))?;
+            // The probe runs under the servlet's deadline, like everything
+            // a guest does.
+            ready.store.data_mut().ticks_left = super::deadline_ticks(guest.info.limits.timeout);
+            ready.store.set_epoch_deadline(1);
+            version
+                .call_async(&mut ready.store, ())
+                .await
+                .map_err(|e| format!("{e:#}"))
         })
     };
     let found = match trial {
         Some(Ok(v)) => v,
-        Some(Err(e)) => {
-            return Err(LoadError::Instantiate {
-                file: file.to_path_buf(),
-                reason: format!("{e:#}"),
-            });
-        }
+        Some(Err(reason)) => return Err(LoadError::Instantiate { file, reason }),
         None => {
             return Err(LoadError::Instantiate {
-                file: file.to_path_buf(),
+                file,
                 reason: "the engine stopped".to_owned(),
             });
         }
     };
     if found != ABI_VERSION {
         return Err(LoadError::AbiVersion {
-            file: file.to_path_buf(),
+            file,
             found,
             expected: ABI_VERSION,
         });
     }
-    Ok(Compiled { pre, tier })
+    Ok((guest, tier))
 }
 
 fn check_imports(module: &Module, file: &Path) -> Result<(), LoadError> {

@@ -9,12 +9,14 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::file_stamp::FileStamp;
+
 /// `swan.h`, written next to C sources' build so they need no SDK checkout.
 const SWAN_H: &str = include_str!("../../../guest-sdk/c/swan.h");
 
 /// How a source folder is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SourceKind {
+pub(crate) enum SourceKind {
     /// A Cargo package with a `cdylib` target.
     Rust,
     /// `.c` files.
@@ -23,7 +25,7 @@ pub enum SourceKind {
 
 /// A servlet source folder.
 #[derive(Debug, Clone)]
-pub struct Source {
+pub(crate) struct Source {
     /// The route name (the folder name).
     pub name: String,
     /// The folder.
@@ -33,7 +35,7 @@ pub struct Source {
 }
 
 /// A build that failed, with what the compiler said.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("build of servlet {name} failed")]
 pub struct BuildError {
     /// The servlet.
@@ -58,7 +60,7 @@ pub(crate) fn find(servlets: &Path) -> Vec<Source> {
         .filter(|p| p.is_dir())
         .filter_map(|dir| {
             let name = dir.file_name()?.to_str()?.to_owned();
-            if name == "target" || !super::routes::is_url_segment(&name) {
+            if name == "target" || name.starts_with('.') {
                 return None;
             }
             let kind = if dir.join("Cargo.toml").is_file() {
@@ -84,12 +86,20 @@ fn c_files(dir: &Path) -> impl Iterator<Item = PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "c"))
 }
 
-/// A summary of the source files (count, total size, newest mtime), so a
-/// reload rebuilds only folders whose sources changed. Build output
-/// (`target/`) and hidden files are left out.
-pub(crate) fn stamp(dir: &Path) -> (u64, u64, u128) {
-    let mut acc = (0, 0, 0);
-    fn walk(dir: &Path, acc: &mut (u64, u64, u128)) {
+/// A summary of a source folder's files (count, total size, newest
+/// modification), so a reload rebuilds only folders whose sources changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct SourceStamp {
+    files: u64,
+    bytes: u64,
+    newest_ns: u128,
+}
+
+/// The stamp of a source folder. Build output (`target/`) and hidden files
+/// are left out.
+pub(crate) fn stamp(dir: &Path) -> SourceStamp {
+    let mut acc = SourceStamp::default();
+    fn walk(dir: &Path, acc: &mut SourceStamp) {
         for entry in std::fs::read_dir(dir)
             .into_iter()
             .flatten()
@@ -104,14 +114,10 @@ pub(crate) fn stamp(dir: &Path) -> (u64, u64, u128) {
             if meta.is_dir() {
                 walk(&entry.path(), acc);
             } else {
-                let mtime = meta
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_nanos());
-                acc.0 += 1;
-                acc.1 += meta.len();
-                acc.2 = acc.2.max(mtime);
+                let file = FileStamp::from_meta(&meta);
+                acc.files += 1;
+                acc.bytes += file.len;
+                acc.newest_ns = acc.newest_ns.max(file.mtime_ns);
             }
         }
     }

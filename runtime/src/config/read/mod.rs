@@ -1,0 +1,168 @@
+//! Reading `swan.toml` into the configuration types, key by key.
+//!
+//! This step checks what a value says on its own (types, units, ranges,
+//! syntax of paths and addresses) and reports unknown keys; it touches no
+//! file. What depends on other values or on the filesystem is checked once,
+//! afterwards, by `validate`; the positions recorded here let those
+//! problems point at the right line too.
+
+use std::path::Path;
+
+use toml::de::DeTable;
+
+mod server;
+mod site;
+
+use super::reader::{Diagnostics, TableReader};
+use super::types::{Config, ServerConfig};
+use super::validate::Positions;
+
+/// Keys of `[server]`.
+pub(crate) const SERVER_KEYS: &[&str] = &[
+    "listen",
+    "workers",
+    "runtime",
+    "max_header_bytes",
+    "max_body_bytes",
+    "header_read_timeout",
+    "keepalive_timeout",
+    "max_connections",
+    "drain_timeout",
+    "max_instances",
+    "mode",
+    "request_id_header",
+];
+/// Keys of `[[site]]`.
+pub(crate) const SITE_KEYS: &[&str] = &[
+    "name",
+    "hosts",
+    "default",
+    "root",
+    "servlets",
+    "cache",
+    "cache_control",
+    "servlet",
+    "route",
+];
+/// Keys of `[site.cache]`.
+pub(crate) const CACHE_KEYS: &[&str] = &["max_file_size", "budget", "compress"];
+/// Keys of `[site.servlet]`, also allowed in a `[[site.route]]`.
+pub(crate) const SERVLET_KEYS: &[&str] = &[
+    "max_memory",
+    "timeout",
+    "max_response_bytes",
+    "max_body_bytes",
+    "max_concurrency",
+    "queue_timeout",
+    "reuse",
+    "prewarm",
+];
+/// Keys of `[[site.route]]` besides the servlet limits.
+pub(crate) const ROUTE_KEYS: &[&str] = &["path", "servlet", "settings"];
+/// Top-level keys.
+pub(crate) const ROOT_KEYS: &[&str] = &["server", "site"];
+
+/// Reads a document as far as it goes: the configuration (possibly
+/// incomplete when `diag` has errors) and where its values came from.
+pub(crate) fn document(
+    source: &str,
+    file: &Path,
+    base: &Path,
+    diag: &mut Diagnostics<'_>,
+) -> Option<(Config, Positions)> {
+    let document = match DeTable::parse(source) {
+        Ok(d) => d,
+        Err(e) => {
+            diag.error(
+                e.span().unwrap_or(0..0),
+                "(syntax)",
+                e.message().trim().to_owned(),
+                Some("this is not valid TOML; see https://toml.io".to_owned()),
+            );
+            return None;
+        }
+    };
+    let mut root = TableReader::new("", document.span(), document.get_ref());
+    let server = match root.table(diag, "server") {
+        Some(mut t) => {
+            let s = server::read(&mut t, diag);
+            t.finish(diag, SERVER_KEYS);
+            s
+        }
+        None => ServerConfig::defaults(),
+    };
+    let site_tables = root.tables(diag, "site");
+    let root_span = root.span();
+    root.finish(diag, ROOT_KEYS);
+
+    let mut sites = Vec::new();
+    let mut positions = Positions::default();
+    for (index, mut t) in site_tables.into_iter().enumerate() {
+        let read = site::read(&mut t, diag, base, index);
+        t.finish(diag, SITE_KEYS);
+        match read {
+            Some((site, at)) => {
+                sites.push(site);
+                positions.sites.push(at);
+            }
+            None => positions.dropped_sites = true,
+        }
+    }
+    if sites.is_empty() && !diag.has_errors() {
+        diag.error(
+            root_span,
+            "site",
+            "no site is configured",
+            Some("add a [[site]] table with at least `root = \"www\"`".to_owned()),
+        );
+    }
+    if sites.len() == 1 {
+        sites[0].default = true;
+    }
+    let config = Config {
+        file: Some(file.to_path_buf()),
+        server,
+        sites,
+    };
+    Some((config, positions))
+}
+
+/// Parses a listen address, explaining what is wrong with a bad one.
+pub(crate) fn parse_listen(value: &str) -> Result<std::net::SocketAddr, (String, String)> {
+    let hint =
+        || "write IP:PORT, such as \"127.0.0.1:8080\", \"0.0.0.0:80\" or \"[::1]:8080\"".to_owned();
+    if let Ok(addr) = value.parse() {
+        return Ok(addr);
+    }
+    match value.rsplit_once(':') {
+        Some((host, port)) => match port.parse::<u64>() {
+            Ok(p) if p > u64::from(u16::MAX) => Err((
+                format!("port {p} is out of range"),
+                "a port is a number from 1 to 65535 (0 picks a free one)".to_owned(),
+            )),
+            Ok(_) => Err((
+                format!("{host:?} is not an IP address"),
+                format!("{}; host names are not resolved", hint()),
+            )),
+            Err(_) => Err((format!("{port:?} is not a port number"), hint())),
+        },
+        None => Err((format!("{value:?} has no port"), hint())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_errors_say_what_is_wrong() {
+        assert!(parse_listen("127.0.0.1:8080").is_ok());
+        assert!(parse_listen("[::1]:0").is_ok());
+        let port = parse_listen("127.0.0.1:70000").err().map(|e| e.0);
+        assert!(port.is_some_and(|m| m.contains("port 70000 is out of range")));
+        let host = parse_listen("localhost:80").err().map(|e| e.0);
+        assert!(host.is_some_and(|m| m.contains("not an IP address")));
+        let bare = parse_listen("8080").err().map(|e| e.0);
+        assert!(bare.is_some_and(|m| m.contains("has no port")));
+    }
+}

@@ -1,0 +1,138 @@
+//! `[server]`.
+
+use super::parse_listen;
+use crate::config::reader::{Diagnostics, TableReader};
+use crate::config::types::{
+    DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_INSTANCES, MAX_MAX_HEADER_BYTES,
+    MIN_MAX_HEADER_BYTES, RuntimeModel, ServerConfig,
+};
+
+/// Reads `[server]`.
+pub(super) fn read(t: &mut TableReader<'_, '_>, diag: &mut Diagnostics<'_>) -> ServerConfig {
+    let mut s = ServerConfig::defaults();
+    if let Some(values) = t.strings(diag, "listen") {
+        let mut listen = Vec::new();
+        for (n, v) in values.iter().enumerate() {
+            match parse_listen(v.get_ref()) {
+                Ok(addr) => listen.push(addr),
+                Err((message, hint)) => diag.error(
+                    v.span(),
+                    &format!("server.listen[{n}]"),
+                    message,
+                    Some(hint),
+                ),
+            }
+        }
+        if values.is_empty() {
+            diag.error(
+                t.span(),
+                "server.listen",
+                "no listen address",
+                Some(format!("give at least one, such as [\"{DEFAULT_LISTEN}\"]")),
+            );
+        }
+        s.listen = listen;
+    }
+    if let Some(n) = t.uint(diag, "workers", 1024) {
+        if *n.get_ref() == 0 {
+            diag.error(
+                n.span(),
+                "server.workers",
+                "0 workers would serve nobody",
+                Some("use a positive number, or leave `workers` out for one per core".to_owned()),
+            );
+        } else {
+            s.workers = *n.get_ref() as usize;
+        }
+    }
+    if let Some(v) = t.string(diag, "runtime") {
+        match v.get_ref().as_str() {
+            "per-core" => s.runtime = RuntimeModel::PerCore,
+            "shared" => s.runtime = RuntimeModel::Shared,
+            other => diag.error(
+                v.span(),
+                "server.runtime",
+                format!("unknown runtime model {other:?}"),
+                Some("use \"per-core\" (default) or \"shared\"".to_owned()),
+            ),
+        }
+    }
+    if let Some(n) = t.size(diag, "max_header_bytes") {
+        let value = *n.get_ref();
+        if (MIN_MAX_HEADER_BYTES..=MAX_MAX_HEADER_BYTES).contains(&value) {
+            s.max_header_bytes = value as usize;
+        } else {
+            diag.error(
+                n.span(),
+                "server.max_header_bytes",
+                format!("{value} bytes is out of range"),
+                Some("use a size from 8 KiB to 1 MiB; the default is 16 KiB".to_owned()),
+            );
+        }
+    }
+    if let Some(n) = t.size(diag, "max_body_bytes") {
+        s.max_body_bytes = *n.get_ref();
+    }
+    for (key, slot) in [
+        ("header_read_timeout", &mut s.header_read_timeout),
+        ("keepalive_timeout", &mut s.keepalive_timeout),
+        ("drain_timeout", &mut s.drain_timeout),
+    ] {
+        if let Some(d) = t.duration(diag, key) {
+            if d.get_ref().is_zero() && key != "drain_timeout" {
+                diag.error(
+                    d.span(),
+                    &format!("server.{key}"),
+                    "a zero timeout would close every connection at once",
+                    Some("use a positive duration such as \"10s\"".to_owned()),
+                );
+            } else {
+                *slot = *d.get_ref();
+            }
+        }
+    }
+    if let Some(n) = t.uint(diag, "max_connections", 1 << 24) {
+        if *n.get_ref() == 0 {
+            diag.error(
+                n.span(),
+                "server.max_connections",
+                "0 connections would serve nobody",
+                Some(format!(
+                    "use a positive number; the default is {DEFAULT_MAX_CONNECTIONS}"
+                )),
+            );
+        } else {
+            s.max_connections = *n.get_ref() as usize;
+        }
+    }
+    if let Some(v) = t.string(diag, "mode") {
+        match v.get_ref().as_str() {
+            "production" => s.development = false,
+            "development" => s.development = true,
+            other => diag.error(
+                v.span(),
+                "server.mode",
+                format!("unknown mode {other:?}"),
+                Some("use \"production\" (default) or \"development\"".to_owned()),
+            ),
+        }
+    }
+    if let Some(n) = t.uint(diag, "max_instances", 100_000) {
+        if *n.get_ref() == 0 {
+            diag.error(
+                n.span(),
+                "server.max_instances",
+                "0 instances would run no servlet",
+                Some(format!(
+                    "use a positive number; the default is {DEFAULT_MAX_INSTANCES}"
+                )),
+            );
+        } else {
+            s.max_instances = *n.get_ref() as u32;
+        }
+    }
+    if let Some(b) = t.bool(diag, "request_id_header") {
+        s.request_id_header = b;
+    }
+    s
+}

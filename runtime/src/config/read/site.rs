@@ -1,0 +1,282 @@
+//! `[[site]]`, with its `[site.cache]`, `[site.servlet]` and
+//! `[[site.route]]` tables.
+
+use std::path::Path;
+
+use super::{CACHE_KEYS, ROUTE_KEYS, SERVLET_KEYS};
+use crate::config::reader::{Diagnostics, TableReader};
+use crate::config::types::{
+    CacheConfig, MAX_SERVLET_MEMORY, RouteConfig, RoutePath, ServletLimits, SiteConfig,
+};
+use crate::config::validate::{Origin, RoutePositions, SitePositions};
+
+/// Reads the limit keys present in `t` over `base`.
+fn servlet_limits(
+    t: &mut TableReader<'_, '_>,
+    diag: &mut Diagnostics<'_>,
+    base: &ServletLimits,
+) -> ServletLimits {
+    let mut l = base.clone();
+    if let Some(n) = t.size(diag, "max_memory") {
+        let v = *n.get_ref();
+        if !(64 << 10..=MAX_SERVLET_MEMORY).contains(&v) {
+            diag.error(
+                n.span(),
+                &t.key_path("max_memory"),
+                format!("{v} bytes is out of range"),
+                Some("use a size from 64 KiB (one wasm page) to 4 GiB".to_owned()),
+            );
+        } else {
+            l.max_memory = v;
+        }
+    }
+    for (key, slot) in [
+        ("timeout", &mut l.timeout),
+        ("queue_timeout", &mut l.queue_timeout),
+    ] {
+        if let Some(d) = t.duration(diag, key) {
+            if d.get_ref().is_zero() {
+                diag.error(
+                    d.span(),
+                    &t.key_path(key),
+                    "a zero duration would fail every request",
+                    Some("use a positive duration such as \"5s\"".to_owned()),
+                );
+            } else {
+                *slot = *d.get_ref();
+            }
+        }
+    }
+    if let Some(n) = t.size(diag, "max_response_bytes") {
+        l.max_response_bytes = *n.get_ref();
+    }
+    if let Some(n) = t.size(diag, "max_body_bytes") {
+        l.max_body_bytes = *n.get_ref();
+    }
+    for (key, slot, min) in [
+        ("max_concurrency", &mut l.max_concurrency, 1),
+        ("reuse", &mut l.reuse, 1),
+        ("prewarm", &mut l.prewarm, 0),
+    ] {
+        if let Some(n) = t.uint(diag, key, 1_000_000) {
+            if *n.get_ref() < min {
+                diag.error(
+                    n.span(),
+                    &t.key_path(key),
+                    format!("must be at least {min}"),
+                    Some(match key {
+                        "reuse" => "1 means a fresh instance for every request".to_owned(),
+                        _ => format!("use a number of {min} or more"),
+                    }),
+                );
+            } else {
+                *slot = *n.get_ref() as u32;
+            }
+        }
+    }
+    l
+}
+
+fn route(
+    t: &mut TableReader<'_, '_>,
+    diag: &mut Diagnostics<'_>,
+    base: &Path,
+    defaults: &ServletLimits,
+    index: usize,
+) -> Option<(RouteConfig, RoutePositions)> {
+    let path = match t.string(diag, "path") {
+        Some(p) => match RoutePath::parse(p.get_ref()) {
+            Ok(path) => Some(path),
+            Err(message) => {
+                diag.error(
+                    p.span(),
+                    &t.key_path("path"),
+                    message,
+                    Some("use an exact path (\"/login\") or a prefix (\"/api/*\")".to_owned()),
+                );
+                None
+            }
+        },
+        None => {
+            diag.error(
+                t.span(),
+                &t.key_path("path"),
+                "missing key `path`",
+                Some("every route needs `path = \"/api/*\"` (or an exact path)".to_owned()),
+            );
+            None
+        }
+    };
+    let servlet = match t.string(diag, "servlet") {
+        Some(s) => Some((base.join(s.get_ref()), s.span())),
+        None => {
+            diag.error(
+                t.span(),
+                &t.key_path("servlet"),
+                "missing key `servlet`",
+                Some("every route needs `servlet = \"servlets/api.wasm\"`".to_owned()),
+            );
+            None
+        }
+    };
+    let limits = servlet_limits(t, diag, defaults);
+    let mut settings = Vec::new();
+    if let Some(mut s) = t.table(diag, "settings") {
+        let keys: Vec<String> = s.keys().map(str::to_owned).collect();
+        for key in &keys {
+            if let Some(v) = s.string(diag, key) {
+                settings.push((key.clone(), v.into_inner()));
+            }
+        }
+        s.finish(diag, &[]);
+    }
+    // A route without a path is reported above, but its servlet file is
+    // still checked: every problem shows in one run.
+    let (servlet, servlet_span) = servlet?;
+    let route = RouteConfig {
+        path: path.unwrap_or(RoutePath::Exact(String::new())),
+        servlet,
+        limits,
+        settings,
+    };
+    Some((
+        route,
+        RoutePositions {
+            index,
+            servlet: Origin::File(servlet_span),
+        },
+    ))
+}
+
+/// Reads one `[[site]]` table (the `index`th of the file).
+pub(super) fn read(
+    t: &mut TableReader<'_, '_>,
+    diag: &mut Diagnostics<'_>,
+    base: &Path,
+    index: usize,
+) -> Option<(SiteConfig, SitePositions)> {
+    let site_key = t.key_path("");
+    let site_key = site_key.trim_end_matches('.');
+    let hosts: Vec<String> = t
+        .strings(diag, "hosts")
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|h| {
+            let host = h.get_ref().trim().to_ascii_lowercase();
+            if host.is_empty() || host.contains(['/', ' ', ':']) {
+                diag.error(
+                    h.span(),
+                    &format!("{site_key}.hosts"),
+                    format!("{:?} is not a host name", h.get_ref()),
+                    Some(
+                        "write the bare name, such as \"example.com\", without scheme or port"
+                            .to_owned(),
+                    ),
+                );
+                None
+            } else {
+                Some(host)
+            }
+        })
+        .collect();
+    let name = t
+        .string(diag, "name")
+        .map(|n| n.into_inner())
+        .or_else(|| hosts.first().cloned())
+        .unwrap_or_else(|| "default".to_owned());
+    let default = t.bool(diag, "default").unwrap_or(false);
+    let root = match t.string(diag, "root") {
+        Some(r) => Some((base.join(r.get_ref()), r.span())),
+        None => {
+            diag.error(
+                t.span(),
+                &format!("{site_key}.root"),
+                "missing key `root`",
+                Some(
+                    "every site needs `root = \"www\"`: the folder of its static files".to_owned(),
+                ),
+            );
+            None
+        }
+    };
+    let servlets = t
+        .string(diag, "servlets")
+        .map(|s| (base.join(s.get_ref()), s.span()));
+    let mut cache = CacheConfig::default();
+    if let Some(mut c) = t.table(diag, "cache") {
+        if let Some(n) = c.size(diag, "max_file_size") {
+            cache.max_file_size = *n.get_ref();
+        }
+        if let Some(n) = c.size(diag, "budget") {
+            if *n.get_ref() == 0 {
+                diag.error(
+                    n.span(),
+                    &c.key_path("budget"),
+                    "a zero budget leaves no room for any file",
+                    Some("use a positive size such as \"256 MiB\"; set max_file_size = 0 to stream every file from disk".to_owned()),
+                );
+            } else {
+                cache.budget = *n.get_ref();
+            }
+        }
+        if let Some(b) = c.bool(diag, "compress") {
+            cache.compress = b;
+        }
+        c.finish(diag, CACHE_KEYS);
+    }
+    let cache_control = t.string(diag, "cache_control").and_then(|v| {
+        if http::HeaderValue::from_str(v.get_ref()).is_ok() {
+            Some(v.into_inner())
+        } else {
+            diag.error(
+                v.span(),
+                &format!("{site_key}.cache_control"),
+                "not a valid header value",
+                Some("use visible ASCII, such as \"public, max-age=3600\"".to_owned()),
+            );
+            None
+        }
+    });
+    let servlet_limits = match t.table(diag, "servlet") {
+        Some(mut s) => {
+            let limits = servlet_limits(&mut s, diag, &ServletLimits::default());
+            s.finish(diag, SERVLET_KEYS);
+            limits
+        }
+        None => ServletLimits::default(),
+    };
+    let mut routes = Vec::new();
+    let mut route_positions = Vec::new();
+    for (index, mut r) in t.tables(diag, "route").into_iter().enumerate() {
+        if let Some((route, at)) = route(&mut r, diag, base, &servlet_limits, index) {
+            routes.push(route);
+            route_positions.push(at);
+        }
+        let known: Vec<&str> = ROUTE_KEYS.iter().chain(SERVLET_KEYS).copied().collect();
+        r.finish(diag, &known);
+    }
+    let (root, root_span) = root?;
+    let positions = SitePositions {
+        index,
+        table: t.span(),
+        root: Origin::File(root_span),
+        servlets: servlets
+            .as_ref()
+            .map_or(Origin::Default, |(_, span)| Origin::File(span.clone())),
+        routes: route_positions,
+    };
+    Some((
+        SiteConfig {
+            name,
+            hosts,
+            default,
+            root,
+            servlets: servlets.map(|(path, _)| path),
+            cache,
+            cache_control,
+            servlet_limits,
+            routes,
+        },
+        positions,
+    ))
+}

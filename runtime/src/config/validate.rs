@@ -1,0 +1,251 @@
+//! Checks that involve several values or the filesystem, made once on the
+//! whole configuration after reading and after command-line overrides.
+//!
+//! A finding names the value it is about structurally ([`At`]); the
+//! positions recorded while reading ([`Positions`]) turn that into a file,
+//! line and column, or into the command-line flag that set the value.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use super::error::Problem;
+use super::reader::line_column;
+use super::types::Config;
+
+/// Where a value came from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) enum Origin {
+    /// Written in the file, at these byte offsets.
+    File(Range<usize>),
+    /// Given on the command line.
+    CommandLine,
+    /// Not written anywhere: a built-in default.
+    #[default]
+    Default,
+}
+
+/// Where the values of a configuration came from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Positions {
+    /// One per configured site, in order.
+    pub(crate) sites: Vec<SitePositions>,
+    /// Whether some `[[site]]` table could not be read at all (its problems
+    /// are reported already; checks across sites would only add noise).
+    pub(crate) dropped_sites: bool,
+}
+
+/// Where a site's values came from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SitePositions {
+    /// The site's index among the `[[site]]` tables of the file.
+    pub(crate) index: usize,
+    /// The whole `[[site]]` table.
+    pub(crate) table: Range<usize>,
+    pub(crate) root: Origin,
+    pub(crate) servlets: Origin,
+    /// One per route read, in order.
+    pub(crate) routes: Vec<RoutePositions>,
+}
+
+/// Where a route's values came from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RoutePositions {
+    /// The route's index among its site's `[[site.route]]` tables.
+    pub(crate) index: usize,
+    pub(crate) servlet: Origin,
+}
+
+/// The value a finding is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum At {
+    /// The `default` flag of site `n` (or the site as a whole).
+    SiteDefault(usize),
+    /// The host names of site `n`.
+    SiteHosts(usize),
+    /// The root folder of site `n`.
+    SiteRoot(usize),
+    /// The servlets folder of site `n`.
+    SiteServlets(usize),
+    /// The servlet file of route `r` of site `n`.
+    RouteServlet(usize, usize),
+}
+
+/// A problem found by validation, not yet located.
+#[derive(Debug, Clone)]
+pub(crate) struct Finding {
+    pub(crate) at: At,
+    pub(crate) message: String,
+    pub(crate) hint: String,
+}
+
+/// Checks what involves several sites or the filesystem.
+pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
+    let mut found = Vec::new();
+    let mut finding = |at, message: String, hint: &str| {
+        found.push(Finding {
+            at,
+            message,
+            hint: hint.to_owned(),
+        })
+    };
+    let defaults: Vec<usize> = (0..config.sites.len())
+        .filter(|&i| config.sites[i].default)
+        .collect();
+    match defaults.as_slice() {
+        // Without sites (reported while reading) or with some unreadable,
+        // a count of defaults would only add noise.
+        _ if positions.dropped_sites || config.sites.is_empty() => {}
+        [_] => {}
+        [] => finding(
+            At::SiteDefault(0),
+            format!(
+                "{} sites are configured and none is the default",
+                config.sites.len()
+            ),
+            "set `default = true` on the site that answers unknown or missing Host headers",
+        ),
+        [_, second, ..] => finding(
+            At::SiteDefault(*second),
+            format!(
+                "{} sites are marked default: {}",
+                defaults.len(),
+                defaults
+                    .iter()
+                    .map(|&i| config.sites[i].name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            "exactly one site may have `default = true`",
+        ),
+    }
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for (i, site) in config.sites.iter().enumerate() {
+        for host in &site.hosts {
+            if let Some((_, other)) = seen.iter().find(|(h, _)| h == host) {
+                finding(
+                    At::SiteHosts(i),
+                    format!("host {host:?} is also served by site {other:?}"),
+                    "each host name may belong to one site only",
+                );
+            }
+            seen.push((host, &site.name));
+        }
+        let from_flag = |origin: Option<&Origin>| matches!(origin, Some(Origin::CommandLine));
+        let at = positions.sites.get(i);
+        if !site.root.is_dir() {
+            finding(
+                At::SiteRoot(i),
+                format!("{} is not a folder", site.root.display()),
+                if from_flag(at.map(|p| &p.root)) {
+                    "create it, or point --root at the folder of static files"
+                } else {
+                    "create it, or point `root` at the folder of static files (relative paths start at the config file's folder)"
+                },
+            );
+        }
+        if let Some(servlets) = &site.servlets
+            && !servlets.is_dir()
+        {
+            finding(
+                At::SiteServlets(i),
+                format!("{} is not a folder", servlets.display()),
+                if from_flag(at.map(|p| &p.servlets)) {
+                    "create it, or point --servlets at the folder of .wasm servlets"
+                } else {
+                    "create it, or point `servlets` at the folder of .wasm servlets"
+                },
+            );
+        }
+        for (r, route) in site.routes.iter().enumerate() {
+            let file = &route.servlet;
+            if file.extension().is_none_or(|e| e != "wasm") || !file.is_file() {
+                finding(
+                    At::RouteServlet(i, r),
+                    format!("{} is not a .wasm file", file.display()),
+                    "point `servlet` at a compiled module, relative to the config file's folder",
+                );
+            }
+        }
+    }
+    found
+}
+
+/// Turns findings into problems located in `source` (the text of `file`),
+/// or on the command line for values that came from flags.
+pub(crate) fn locate(
+    findings: Vec<Finding>,
+    positions: &Positions,
+    file: Option<&Path>,
+    source: Option<&str>,
+) -> Vec<Problem> {
+    findings
+        .into_iter()
+        .map(|f| {
+            let site = match f.at {
+                At::SiteDefault(i)
+                | At::SiteHosts(i)
+                | At::SiteRoot(i)
+                | At::SiteServlets(i)
+                | At::RouteServlet(i, _) => positions.sites.get(i),
+            };
+            let index = |i: usize| site.map_or(i, |s| s.index);
+            let (key, origin) = match f.at {
+                At::SiteDefault(i) => (
+                    format!("site[{}].default", index(i)),
+                    site.map(|s| Origin::File(s.table.clone())),
+                ),
+                At::SiteHosts(i) => (
+                    format!("site[{}].hosts", index(i)),
+                    site.map(|s| Origin::File(s.table.clone())),
+                ),
+                At::SiteRoot(i) => (
+                    format!("site[{}].root", index(i)),
+                    site.map(|s| s.root.clone()),
+                ),
+                At::SiteServlets(i) => (
+                    format!("site[{}].servlets", index(i)),
+                    site.map(|s| s.servlets.clone()),
+                ),
+                At::RouteServlet(i, r) => {
+                    let route = site.and_then(|s| s.routes.get(r));
+                    (
+                        format!(
+                            "site[{}].route[{}].servlet",
+                            index(i),
+                            route.map_or(r, |p| p.index)
+                        ),
+                        route.map(|p| p.servlet.clone()),
+                    )
+                }
+            };
+            let flag = match f.at {
+                At::SiteRoot(_) => "--root",
+                At::SiteServlets(_) => "--servlets",
+                _ => "",
+            };
+            let (file, key, line, column) = match (origin, file, source) {
+                (Some(Origin::CommandLine), ..) => {
+                    (PathBuf::from("(command line)"), flag.to_owned(), 0, 0)
+                }
+                (Some(Origin::File(span)), Some(file), Some(source)) => {
+                    let (line, column) = line_column(source, span.start);
+                    (file.to_path_buf(), key, line, column)
+                }
+                (_, file, _) => (
+                    file.map_or_else(|| PathBuf::from("(defaults)"), Path::to_path_buf),
+                    key,
+                    0,
+                    0,
+                ),
+            };
+            Problem {
+                file,
+                line,
+                column,
+                key,
+                message: f.message,
+                hint: Some(f.hint),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,34 @@
+//! A file's size and modification time: how reloads tell a changed file
+//! from an unchanged one without reading it.
+
+use std::path::Path;
+use std::time::UNIX_EPOCH;
+
+/// Size and modification time (nanoseconds since the epoch) of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub(crate) struct FileStamp {
+    pub(crate) len: u64,
+    pub(crate) mtime_ns: u128,
+}
+
+impl FileStamp {
+    /// The stamp of `path` (following links), if it exists.
+    pub(crate) fn of(path: &Path) -> Option<FileStamp> {
+        std::fs::metadata(path)
+            .ok()
+            .map(|m| FileStamp::from_meta(&m))
+    }
+
+    /// The stamp from already read metadata.
+    pub(crate) fn from_meta(meta: &std::fs::Metadata) -> FileStamp {
+        let mtime_ns = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        FileStamp {
+            len: meta.len(),
+            mtime_ns,
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! What every layer knows of a request: its id, its normalised path, and
+//! the one error type any part of its handling can fail with.
+//!
+//! - `id`: the request id, logged with every line and sent as
+//!   `x-request-id`;
+//! - `path`: the one place a URL path is normalised (once per request);
+//! - `error`: [`RequestError`] and the one mapping from errors to
+//!   responses.
+
+pub mod error;
+pub mod id;
+pub mod path;
+
+pub use error::RequestError;
+pub use id::RequestId;

@@ -1,0 +1,39 @@
+//! What a servlet is, and what a call to it brings besides the request.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::ServletLimits;
+use crate::request::RequestId;
+
+/// What a servlet is: shared by its instances.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServletInfo {
+    /// Name used in logs (the file stem, or the source folder's name).
+    pub name: String,
+    /// The `.wasm` file.
+    pub file: PathBuf,
+    /// Limits.
+    pub limits: ServletLimits,
+    /// Static settings, readable through the ABI and as environment.
+    pub settings: Vec<(String, String)>,
+}
+
+/// What a request brings besides itself.
+#[derive(Debug, Clone, Copy)]
+pub struct CallContext<'a> {
+    /// The normalised request path.
+    pub path: &'a str,
+    /// The part of the path after the route's prefix.
+    pub path_info: &'a str,
+    /// The client's address.
+    pub remote: SocketAddr,
+    /// The request's id, for logs.
+    pub id: RequestId,
+    /// The server's own body limit (the smaller of it and the servlet's
+    /// applies).
+    pub max_body_bytes: u64,
+    /// Time the whole request body may take to arrive.
+    pub body_timeout: Duration,
+}

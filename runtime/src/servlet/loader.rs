@@ -1,0 +1,316 @@
+//! Loading a site's servlets, in three visible steps:
+//!
+//! 1. **list** the servlets folder and **plan** the routes (`plan`);
+//! 2. **reuse** what has not changed: a planned servlet whose file, limits
+//!    and settings are unchanged since the previous load is kept as it is;
+//! 3. **compile** the rest, in parallel, and check each against its
+//!    guest's contract. A servlet whose new version fails keeps serving
+//!    its previous one.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::native::{self, LoadError};
+use super::plan::{self, BuildRecord, Listing, Planned, PlannedTarget};
+use super::pool::InstancePool;
+use super::route::{Route, RouteTable, Target};
+use super::source::BuildError;
+use super::{Servlet, ServletInfo};
+use crate::config::{RoutePath, ServerConfig, SiteConfig};
+use crate::engine::{Engine, EngineError, Tier};
+use crate::file_stamp::FileStamp;
+
+/// Loads servlets: the engine and what guests may import.
+pub struct Loader {
+    engine: Arc<Engine>,
+    native: native::Linkers,
+    development: bool,
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader")
+            .field("development", &self.development)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A site's servlets as loaded: the route table requests are matched
+/// against, what could not be loaded, and what the next load reuses.
+#[derive(Debug, Default)]
+pub struct SiteServlets {
+    /// Which path runs what.
+    pub routes: RouteTable,
+    /// Servlets that could not be loaded, with the reason.
+    pub refused: Vec<Refused>,
+    loaded: Vec<Loaded>,
+    builds: HashMap<String, BuildRecord>,
+}
+
+/// A servlet that could not be loaded (the rest of the site still is).
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// The file.
+    pub file: PathBuf,
+    /// Why.
+    pub error: Arc<LoadError>,
+    /// Whether a previous version of it still serves.
+    pub kept_previous: bool,
+}
+
+/// A loaded servlet and the stamp of the file it came from.
+#[derive(Debug, Clone)]
+struct Loaded {
+    path: RoutePath,
+    servlet: Arc<Servlet>,
+    stamp: Option<FileStamp>,
+}
+
+/// The loader could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LoaderError {
+    /// The engine could not start.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The host functions could not be linked.
+    #[error("cannot link the host functions: {0}")]
+    Link(String),
+}
+
+impl Loader {
+    /// The engine for a server's limits, and the linkers.
+    pub fn new(server: &ServerConfig) -> Result<Arc<Loader>, LoaderError> {
+        let engine = Engine::new(server)?;
+        let native =
+            native::Linkers::new(&engine).map_err(|e| LoaderError::Link(format!("{e:#}")))?;
+        Ok(Arc::new(Loader {
+            engine,
+            native,
+            development: server.development,
+        }))
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Compiles, checks and links one servlet with the `tier` compiler (a
+    /// module the baseline compiler cannot handle goes to Cranelift), and
+    /// starts filling its pool.
+    pub fn load_servlet(&self, info: ServletInfo, tier: Tier) -> Result<Arc<Servlet>, LoadError> {
+        let info = Arc::new(info);
+        let (guest, tier) = match native::load(&self.engine, &self.native, info.clone(), tier) {
+            Err(e) if tier == Tier::Baseline => {
+                tracing::debug!(servlet = %info.name, error = %e, "baseline compiler refused; using Cranelift");
+                native::load(&self.engine, &self.native, info.clone(), Tier::Optimized)?
+            }
+            other => other?,
+        };
+        let pool = InstancePool::new(guest, info.clone());
+        if info.limits.prewarm > 0 {
+            self.engine.spawn_background(pool.clone().fill());
+        }
+        Ok(Arc::new(Servlet { info, tier, pool }))
+    }
+
+    /// Loads the servlets of a site. With `previous` (a reload), unchanged
+    /// servlets are reused, changed ones go live on the baseline compiler,
+    /// and one whose new version fails keeps its previous version.
+    pub fn load_site(&self, site: &SiteConfig, previous: Option<&SiteServlets>) -> SiteServlets {
+        let listing = match &site.servlets {
+            Some(dir) => plan::list(dir, previous.map(|p| &p.builds)),
+            None => Listing::default(),
+        };
+        let builds = listing
+            .sources
+            .iter()
+            .map(|(s, record, _)| (s.name.clone(), record.clone()))
+            .collect();
+        let planned = plan::plan(site, &listing, self.development);
+        let tier = if previous.is_some() {
+            Tier::Baseline
+        } else {
+            Tier::Optimized
+        };
+        let (loaded, refused) = self.reuse_or_compile(planned.clone(), previous, tier);
+        let mut routes = RouteTable::default();
+        let mut loaded_iter = loaded.iter();
+        for p in planned {
+            let target = match p.target {
+                PlannedTarget::BuildFailed(e) => Target::BuildFailed(e),
+                PlannedTarget::Servlet(_) => match loaded_iter.next() {
+                    Some(Some(l)) => Target::Servlet(l.servlet.clone()),
+                    _ => continue,
+                },
+            };
+            let _ = routes.add(Route {
+                path: p.path,
+                target,
+                origin: p.origin,
+            });
+        }
+        SiteServlets {
+            routes,
+            refused,
+            loaded: loaded.into_iter().flatten().collect(),
+            builds,
+        }
+    }
+
+    /// For each planned servlet, in order: the loaded servlet (reused,
+    /// new, or the previous version kept after a failure), or `None`.
+    fn reuse_or_compile(
+        &self,
+        planned: Vec<Planned>,
+        previous: Option<&SiteServlets>,
+        tier: Tier,
+    ) -> (Vec<Option<Loaded>>, Vec<Refused>) {
+        enum Step {
+            Reuse(Loaded),
+            Compile(ServletInfo, Option<FileStamp>, Option<Loaded>),
+        }
+        let steps: Vec<(RoutePath, Step)> = planned
+            .into_iter()
+            .filter_map(|p| match p.target {
+                PlannedTarget::Servlet(info) => Some((p.path, info)),
+                PlannedTarget::BuildFailed(_) => None,
+            })
+            .map(|(path, info)| {
+                let stamp = FileStamp::of(&info.file);
+                let old = previous.and_then(|p| {
+                    p.loaded
+                        .iter()
+                        .find(|l| l.path == path && l.servlet.info().file == info.file)
+                });
+                let step = match old {
+                    Some(old) if old.stamp == stamp && *old.servlet.info() == info => {
+                        Step::Reuse(old.clone())
+                    }
+                    _ => Step::Compile(info, stamp, old.cloned()),
+                };
+                (path, step)
+            })
+            .collect();
+        // Each module compiles independently: use every core.
+        std::thread::scope(|scope| {
+            let outcomes: Vec<_> = steps
+                .into_iter()
+                .map(|(path, step)| match step {
+                    Step::Reuse(l) => (path, Ok(l)),
+                    Step::Compile(info, stamp, old) => {
+                        let handle = scope.spawn(move || {
+                            let started = std::time::Instant::now();
+                            let file = info.file.clone();
+                            let loaded = self.load_servlet(info, tier);
+                            tracing::debug!(file = %file.display(), took_ms = started.elapsed().as_millis() as u64, "servlet compiled and checked");
+                            loaded
+                        });
+                        (path, Err((handle, stamp, old)))
+                    }
+                })
+                .collect();
+            let mut loaded = Vec::new();
+            let mut refused = Vec::new();
+            for (path, outcome) in outcomes {
+                let (handle, stamp, old) = match outcome {
+                    Ok(reused) => {
+                        loaded.push(Some(reused));
+                        continue;
+                    }
+                    Err(compiling) => compiling,
+                };
+                match handle.join() {
+                    Ok(Ok(servlet)) => {
+                        if old.is_some() {
+                            tracing::info!(route = %path, file = %servlet.info().file.display(), "servlet updated");
+                        }
+                        loaded.push(Some(Loaded {
+                            path,
+                            servlet,
+                            stamp,
+                        }));
+                    }
+                    Ok(Err(error)) => {
+                        let file = error.file().to_path_buf();
+                        let kept_previous = old.is_some();
+                        if kept_previous {
+                            tracing::warn!(route = %path, file = %file.display(), "new version refused; the previous version keeps serving");
+                        }
+                        loaded.push(old);
+                        refused.push(Refused {
+                            file,
+                            error: Arc::new(error),
+                            kept_previous,
+                        });
+                    }
+                    Err(_) => {
+                        tracing::error!(route = %path, "servlet loading panicked");
+                        loaded.push(old);
+                    }
+                }
+            }
+            (loaded, refused)
+        })
+    }
+}
+
+impl SiteServlets {
+    /// The servlet answering a normalised path, if a servlet does.
+    pub fn servlet_at(&self, path: &str) -> Option<&Arc<Servlet>> {
+        match &self.routes.find(path)?.route.target {
+            Target::Servlet(s) => Some(s),
+            Target::BuildFailed(_) => None,
+        }
+    }
+
+    /// The last build of source folder `name`, if it failed (in any mode).
+    pub fn failed_build(&self, name: &str) -> Option<&BuildError> {
+        self.builds.get(name).and_then(|r| r.error.as_deref())
+    }
+
+    /// Servlets still running baseline-compiled code.
+    pub fn baseline_servlets(&self) -> Vec<Arc<Servlet>> {
+        self.loaded
+            .iter()
+            .filter(|l| l.servlet.tier() == Tier::Baseline)
+            .map(|l| l.servlet.clone())
+            .collect()
+    }
+
+    /// The same servlets with `old` replaced by `new`; `None` if none uses
+    /// `old` any more.
+    pub fn with_servlet_replaced(
+        &self,
+        old: &Arc<Servlet>,
+        new: &Arc<Servlet>,
+    ) -> Option<SiteServlets> {
+        if !self.loaded.iter().any(|l| Arc::ptr_eq(&l.servlet, old)) {
+            return None;
+        }
+        let swap = |s: &Arc<Servlet>| {
+            if Arc::ptr_eq(s, old) {
+                new.clone()
+            } else {
+                s.clone()
+            }
+        };
+        Some(SiteServlets {
+            routes: self.routes.map(|r| match &r.target {
+                Target::Servlet(s) => Target::Servlet(swap(s)),
+                other => other.clone(),
+            }),
+            refused: self.refused.clone(),
+            loaded: self
+                .loaded
+                .iter()
+                .map(|l| Loaded {
+                    servlet: swap(&l.servlet),
+                    ..l.clone()
+                })
+                .collect(),
+            builds: self.builds.clone(),
+        })
+    }
+}

@@ -1,0 +1,278 @@
+//! Guests speaking swan's native ABI (`guest-sdk/ABI.md`): core modules
+//! that import the `swan` functions and, optionally, WASI preview 1.
+//!
+//! - `check`: compile, check the ABI contract, link, try one instance;
+//! - `abi`: the host side of the ABI (linker functions);
+//! - `host`: per-instance state (WASI, limits, request, response).
+
+mod abi;
+mod check;
+mod host;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode};
+use http_body::Body as HttpBody;
+use http_body_util::{BodyExt, Limited};
+use wasmtime::{Instance, InstancePre, Linker, Store, TypedFunc, UpdateDeadline};
+
+pub use abi::ABI_VERSION;
+pub use check::LoadError;
+pub(crate) use check::load;
+
+use super::guest::{Guest, GuestError};
+use super::info::{CallContext, ServletInfo};
+use crate::body::Body;
+use crate::engine::{EPOCH_TICK, Engine, Tier};
+use crate::request::RequestError;
+use host::{Host, RequestData, ResponseData};
+
+/// Extra time, past its own deadline, that a servlet blocked in a host call
+/// (which epochs cannot interrupt) gets before its request is abandoned.
+const HOST_CALL_GRACE: Duration = Duration::from_millis(500);
+
+/// What native guests may import, per compiler tier.
+pub(crate) struct Linkers {
+    optimized: Linker<Host>,
+    baseline: Option<Linker<Host>>,
+}
+
+impl Linkers {
+    /// The `swan` ABI and WASI preview 1, for every engine tier.
+    pub(crate) fn new(engine: &Engine) -> wasmtime::Result<Linkers> {
+        let mut optimized = None;
+        let mut baseline = None;
+        for (wasmtime_engine, tier) in engine.all_wasmtime() {
+            let mut linker = Linker::new(wasmtime_engine);
+            abi::add_to_linker(&mut linker)?;
+            wasmtime_wasi::p1::add_to_linker_async(&mut linker, |h: &mut Host| &mut h.wasi)?;
+            match tier {
+                Tier::Optimized => optimized = Some(linker),
+                Tier::Baseline => baseline = Some(linker),
+            }
+        }
+        let optimized = optimized.ok_or_else(|| wasmtime::format_err!("no optimising engine"))?;
+        Ok(Linkers {
+            optimized,
+            baseline,
+        })
+    }
+
+    fn get(&self, tier: Tier) -> &Linker<Host> {
+        match (tier, &self.baseline) {
+            (Tier::Baseline, Some(l)) => l,
+            _ => &self.optimized,
+        }
+    }
+}
+
+/// A checked, linked native module.
+#[derive(Clone)]
+pub(crate) struct NativeGuest {
+    pre: InstancePre<Host>,
+    info: Arc<ServletInfo>,
+    engine: Arc<Engine>,
+}
+
+/// A live instance of a native module.
+pub(crate) struct NativeInstance {
+    store: Store<Host>,
+    instance: Instance,
+    handle: Option<TypedFunc<(), i32>>,
+}
+
+/// A request read whole, as the native ABI hands it over.
+pub(crate) struct NativeInput {
+    parts: http::request::Parts,
+    body: Bytes,
+}
+
+/// Marker error returned by the epoch callback at the deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("servlet ran past its deadline")]
+struct DeadlineExceeded;
+
+/// Reads a request's body whole, up to `limit` bytes and within `timeout`.
+pub(crate) async fn read_request<B>(
+    req: Request<B>,
+    limit: u64,
+    timeout: Duration,
+) -> Result<NativeInput, RequestError>
+where
+    B: HttpBody<Data = Bytes> + Send + Unpin,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(RequestError::PayloadTooLarge);
+    }
+    let (parts, body) = req.into_parts();
+    if declared == Some(0) || body.is_end_stream() {
+        return Ok(NativeInput {
+            parts,
+            body: Bytes::new(),
+        });
+    }
+    let read = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX)).collect();
+    let body = match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(RequestError::PayloadTooLarge);
+        }
+        Ok(Err(_)) => return Err(RequestError::BadRequest("unreadable request body")),
+        Err(_) => return Err(RequestError::BodyTimeout),
+    };
+    Ok(NativeInput { parts, body })
+}
+
+/// Epoch ticks in `timeout`, at least one.
+fn deadline_ticks(timeout: Duration) -> u64 {
+    (timeout.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64
+}
+
+impl NativeGuest {
+    fn log_fault(&self, what: &str, e: &wasmtime::Error, id: &str) {
+        let detail = match e.downcast_ref::<wasmtime::Trap>() {
+            Some(trap) => format!("trap: {trap}"),
+            None => format!("{e:#}"),
+        };
+        tracing::warn!(servlet = %self.info.name, request_id = %id, error = %detail, "servlet {what}");
+    }
+}
+
+impl Guest for NativeGuest {
+    type Instance = NativeInstance;
+    type Input = NativeInput;
+
+    async fn instantiate(&self) -> Result<NativeInstance, GuestError> {
+        let ticket = self.engine.instance_ticket().ok_or(GuestError::PoolFull)?;
+        let mut store = Store::new(
+            self.pre.module().engine(),
+            Host::new(self.info.clone(), ticket),
+        );
+        store.limiter(|h| &mut h.limits);
+        store.epoch_deadline_callback(|mut ctx| {
+            let host = ctx.data_mut();
+            if host.ticks_left == 0 {
+                return Err(DeadlineExceeded.into());
+            }
+            host.ticks_left -= 1;
+            // Yield to the worker's other tasks at every tick.
+            Ok(UpdateDeadline::Yield(1))
+        });
+        // Start functions and `_initialize` run under the same deadline as
+        // a request.
+        store.data_mut().ticks_left = deadline_ticks(self.info.limits.timeout);
+        store.set_epoch_deadline(1);
+        let instance = match self.pre.instantiate_async(&mut store).await {
+            Ok(i) => i,
+            Err(e) if e.is::<wasmtime::PoolConcurrencyLimitError>() => {
+                return Err(GuestError::PoolFull);
+            }
+            Err(e) => return Err(GuestError::Failed(e)),
+        };
+        if let Ok(init) = instance.get_typed_func::<(), ()>(&mut store, "_initialize") {
+            init.call_async(&mut store, ())
+                .await
+                .map_err(GuestError::Failed)?;
+        }
+        Ok(NativeInstance {
+            store,
+            instance,
+            handle: None,
+        })
+    }
+
+    async fn handle(
+        &self,
+        ready: &mut NativeInstance,
+        input: NativeInput,
+        ctx: &CallContext<'_>,
+    ) -> Result<Response<Body>, RequestError> {
+        let limits = &self.info.limits;
+        let id = ctx.id.to_string();
+        {
+            let host = ready.store.data_mut();
+            let parts = input.parts;
+            host.request = RequestData {
+                method: parts.method.as_str().to_owned(),
+                path: ctx.path.to_owned(),
+                query: parts.uri.query().unwrap_or("").to_owned(),
+                path_info: ctx.path_info.to_owned(),
+                headers: parts.headers,
+                body: input.body,
+                remote_addr: ctx.remote.to_string(),
+                request_id: id.clone(),
+                headers_text: None,
+            };
+            host.response = ResponseData::default();
+            host.ticks_left = deadline_ticks(limits.timeout);
+        }
+        ready.store.set_epoch_deadline(1);
+        let handle = match &ready.handle {
+            Some(h) => h.clone(),
+            None => {
+                let h = ready
+                    .instance
+                    .get_typed_func::<(), i32>(&mut ready.store, "swan_handle")
+                    .map_err(|e| {
+                        self.log_fault("has no swan_handle", &e, &id);
+                        RequestError::ServletFault
+                    })?;
+                ready.handle = Some(h.clone());
+                h
+            }
+        };
+        let outer = limits.timeout + HOST_CALL_GRACE;
+        let result = tokio::time::timeout(outer, handle.call_async(&mut ready.store, ())).await;
+        ready.store.data_mut().flush_output();
+        let timed_out = || {
+            tracing::warn!(servlet = %self.info.name, request_id = %id, timeout = ?limits.timeout, "servlet stopped at its deadline");
+            RequestError::ServletTimeout
+        };
+        let code = match result {
+            Err(_) => return Err(timed_out()),
+            Ok(Err(e)) if e.is::<DeadlineExceeded>() => return Err(timed_out()),
+            Ok(Err(e)) => match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+                Some(exit) if exit.0 == 0 => 0,
+                Some(_) => {
+                    self.log_fault("exited", &e, &id);
+                    return Err(RequestError::ServletFault);
+                }
+                None => {
+                    self.log_fault("trapped", &e, &id);
+                    return Err(RequestError::ServletFault);
+                }
+            },
+            Ok(Ok(code)) => code,
+        };
+        if code != 0 {
+            tracing::warn!(servlet = %self.info.name, request_id = %id, code, "swan_handle reported failure");
+            return Err(RequestError::ServletFault);
+        }
+        let host = ready.store.data_mut();
+        let response = std::mem::take(&mut host.response);
+        host.request = RequestData::default();
+        Ok(build_response(response))
+    }
+}
+
+fn build_response(data: ResponseData) -> Response<Body> {
+    let mut res = Response::new(Body::full(data.body.freeze()));
+    *res.status_mut() = data.status;
+    *res.headers_mut() = data.headers;
+    if !res.headers().contains_key(header::CONTENT_TYPE) && res.status() != StatusCode::NO_CONTENT {
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+    }
+    res
+}

@@ -1,0 +1,308 @@
+//! Step one of loading a site's servlets: **list** the servlets folder
+//! (I/O: `NAME.wasm` files, and source folders, built when their sources
+//! changed), then **plan** (pure: configuration + listing → the routes
+//! wanted, in precedence order: `[[site.route]]` entries, failed builds in
+//! development mode, built source folders, then `NAME.wasm` files).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::info::ServletInfo;
+use super::route::RouteOrigin;
+use super::source::{self, BuildError, Source, SourceStamp};
+use crate::config::{RoutePath, SiteConfig};
+
+/// How a source folder's last build went.
+#[derive(Debug, Clone)]
+pub(crate) struct BuildRecord {
+    pub(crate) stamp: SourceStamp,
+    pub(crate) error: Option<Arc<BuildError>>,
+}
+
+/// What the servlets folder holds.
+#[derive(Debug, Default)]
+pub(crate) struct Listing {
+    /// `NAME.wasm` files.
+    pub(crate) wasm: Vec<(String, PathBuf)>,
+    /// Source folders, with their last build and where its module is (if
+    /// a build ever succeeded).
+    pub(crate) sources: Vec<(Source, BuildRecord, Option<PathBuf>)>,
+}
+
+/// A route the configuration and folders ask for.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Planned {
+    pub(crate) path: RoutePath,
+    pub(crate) target: PlannedTarget,
+    pub(crate) origin: RouteOrigin,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum PlannedTarget {
+    Servlet(ServletInfo),
+    BuildFailed(Arc<BuildError>),
+}
+
+/// Lists a servlets folder, building the source folders whose sources
+/// changed since `previous` saw them.
+pub(crate) fn list(dir: &Path, previous: Option<&HashMap<String, BuildRecord>>) -> Listing {
+    let sources = source::find(dir)
+        .into_iter()
+        .map(|source| {
+            let stamp = source::stamp(&source.dir);
+            let record = match previous.and_then(|p| p.get(&source.name)) {
+                Some(r) if r.stamp == stamp => r.clone(),
+                _ => BuildRecord {
+                    stamp,
+                    error: source::build(&source, dir).err().map(|e| {
+                        tracing::error!(servlet = %source.name, "build failed; the previous version (if any) keeps serving");
+                        Arc::new(e)
+                    }),
+                },
+            };
+            let module = source::out_dir(dir).join(format!("{}.wasm", source.name));
+            let module = module.is_file().then_some(module);
+            (source, record, module)
+        })
+        .collect();
+    Listing {
+        wasm: wasm_files(dir),
+        sources,
+    }
+}
+
+/// `NAME.wasm` files of a folder.
+fn wasm_files(dir: &Path) -> Vec<(String, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        tracing::warn!(dir = %dir.display(), "cannot read the servlets folder");
+        return Vec::new();
+    };
+    let mut found: Vec<(String, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "wasm"))
+        .filter_map(|p| Some((p.file_stem()?.to_str()?.to_owned(), p)))
+        .collect();
+    found.sort();
+    found
+}
+
+/// The routes a site's configuration and folder listing ask for, in
+/// precedence order. Pure.
+pub(crate) fn plan(site: &SiteConfig, listing: &Listing, development: bool) -> Vec<Planned> {
+    let mut planned = Vec::new();
+    let servlet = |name: &str, file: &Path, limits, settings| {
+        PlannedTarget::Servlet(ServletInfo {
+            name: name.to_owned(),
+            file: file.to_path_buf(),
+            limits,
+            settings,
+        })
+    };
+    for route in &site.routes {
+        let name = route
+            .servlet
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("servlet");
+        planned.push(Planned {
+            path: route.path.clone(),
+            target: servlet(
+                name,
+                &route.servlet,
+                route.limits.clone(),
+                route.settings.clone(),
+            ),
+            origin: RouteOrigin::Config,
+        });
+    }
+    let taken = |planned: &[Planned], path: &RoutePath| planned.iter().any(|p| p.path == *path);
+    let folder_path = |name: &str| {
+        if is_url_segment(name) {
+            Some(RoutePath::Prefix(format!("/{name}")))
+        } else {
+            tracing::warn!(
+                name,
+                "refused: the name is not a valid URL segment (use letters, digits, '-', '_', '.', '~'; not starting with '.')"
+            );
+            None
+        }
+    };
+    if development {
+        for (source, record, _) in &listing.sources {
+            if let (Some(error), Some(path)) = (&record.error, folder_path(&source.name))
+                && !taken(&planned, &path)
+            {
+                planned.push(Planned {
+                    path,
+                    target: PlannedTarget::BuildFailed(error.clone()),
+                    origin: RouteOrigin::Source,
+                });
+            }
+        }
+    }
+    for (source, _, module) in &listing.sources {
+        if let (Some(module), Some(path)) = (module, folder_path(&source.name))
+            && !taken(&planned, &path)
+        {
+            planned.push(Planned {
+                path,
+                target: servlet(
+                    &source.name,
+                    module,
+                    site.servlet_limits.clone(),
+                    Vec::new(),
+                ),
+                origin: RouteOrigin::Source,
+            });
+        }
+    }
+    for (name, file) in &listing.wasm {
+        if let Some(path) = folder_path(name)
+            && !taken(&planned, &path)
+        {
+            planned.push(Planned {
+                path,
+                target: servlet(name, file, site.servlet_limits.clone(), Vec::new()),
+                origin: RouteOrigin::Folder,
+            });
+        }
+    }
+    planned
+}
+
+/// Unreserved URL characters only, not starting with a dot.
+fn is_url_segment(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{RouteConfig, ServletLimits};
+    use crate::servlet::source::SourceKind;
+
+    #[test]
+    fn url_segments() {
+        assert!(is_url_segment("hello"));
+        assert!(is_url_segment("json-api_v2.1~x"));
+        assert!(!is_url_segment(".hidden"));
+        assert!(!is_url_segment("with space"));
+        assert!(!is_url_segment("caf\u{e9}"));
+        assert!(!is_url_segment(""));
+    }
+
+    fn site() -> SiteConfig {
+        let mut site = SiteConfig::new("test", PathBuf::from("/srv/www"));
+        site.servlets = Some(PathBuf::from("/srv/servlets"));
+        site
+    }
+
+    fn source(name: &str, failed: bool, built: bool) -> (Source, BuildRecord, Option<PathBuf>) {
+        (
+            Source {
+                name: name.to_owned(),
+                dir: PathBuf::from(format!("/srv/servlets/{name}")),
+                kind: SourceKind::C,
+            },
+            BuildRecord {
+                stamp: SourceStamp::default(),
+                error: failed.then(|| {
+                    Arc::new(BuildError {
+                        name: name.to_owned(),
+                        output: "error: nope".to_owned(),
+                    })
+                }),
+            },
+            built.then(|| PathBuf::from(format!("/srv/servlets/target/swan/{name}.wasm"))),
+        )
+    }
+
+    fn summary(planned: &[Planned]) -> Vec<(String, &'static str, RouteOrigin)> {
+        planned
+            .iter()
+            .map(|p| {
+                let what = match &p.target {
+                    PlannedTarget::Servlet(_) => "servlet",
+                    PlannedTarget::BuildFailed(_) => "build failed",
+                };
+                (p.path.to_string(), what, p.origin)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn explicit_routes_come_first_and_the_folder_fills_the_rest() {
+        let mut site = site();
+        site.routes.push(RouteConfig {
+            path: RoutePath::Prefix("/hello".to_owned()),
+            servlet: PathBuf::from("/srv/other.wasm"),
+            limits: ServletLimits::default(),
+            settings: vec![("K".to_owned(), "v".to_owned())],
+        });
+        let listing = Listing {
+            wasm: vec![
+                (
+                    "hello".to_owned(),
+                    PathBuf::from("/srv/servlets/hello.wasm"),
+                ),
+                (
+                    "world".to_owned(),
+                    PathBuf::from("/srv/servlets/world.wasm"),
+                ),
+                (
+                    "bad name".to_owned(),
+                    PathBuf::from("/srv/servlets/bad name.wasm"),
+                ),
+            ],
+            sources: Vec::new(),
+        };
+        let planned = plan(&site, &listing, false);
+        assert_eq!(
+            summary(&planned),
+            vec![
+                ("/hello/*".to_owned(), "servlet", RouteOrigin::Config),
+                ("/world/*".to_owned(), "servlet", RouteOrigin::Folder),
+            ]
+        );
+        let PlannedTarget::Servlet(info) = &planned[0].target else {
+            panic!("a servlet")
+        };
+        assert_eq!(info.name, "other");
+        assert_eq!(info.settings.len(), 1);
+    }
+
+    #[test]
+    fn failed_builds_show_only_in_development_and_shadow_the_old_module() {
+        let listing = Listing {
+            wasm: vec![("c".to_owned(), PathBuf::from("/srv/servlets/c.wasm"))],
+            sources: vec![
+                source("c", true, true),
+                source("ok", false, true),
+                source("new", true, false),
+            ],
+        };
+        let dev = plan(&site(), &listing, true);
+        assert_eq!(
+            summary(&dev),
+            vec![
+                ("/c/*".to_owned(), "build failed", RouteOrigin::Source),
+                ("/new/*".to_owned(), "build failed", RouteOrigin::Source),
+                ("/ok/*".to_owned(), "servlet", RouteOrigin::Source),
+            ]
+        );
+        let prod = plan(&site(), &listing, false);
+        assert_eq!(
+            summary(&prod),
+            vec![
+                ("/c/*".to_owned(), "servlet", RouteOrigin::Source),
+                ("/ok/*".to_owned(), "servlet", RouteOrigin::Source),
+            ]
+        );
+    }
+}
