@@ -14,7 +14,7 @@ use http::Request;
 use http_body_util::{BodyExt, Empty};
 use swan::config::{ServerConfig, ServletLimits};
 use swan::engine::Tier;
-use swan::request::RequestId;
+use swan::request::{BodyPolicy, RequestId};
 use swan::servlet::{CallContext, Loader, Servlet, ServletInfo};
 
 const WAT_HELLO: &str = r#"(module
@@ -52,8 +52,11 @@ fn call(rt: &tokio::runtime::Runtime, s: &Arc<Servlet>) {
         path_info: "",
         remote: SocketAddr::from(([127, 0, 0, 1], 1)),
         id: RequestId::next(),
-        max_body_bytes: 1 << 20,
-        body_timeout: Duration::from_secs(10),
+        body: BodyPolicy {
+            max_bytes: 1 << 20,
+            timeout: Duration::from_secs(10),
+            min_rate: 0,
+        },
     };
     let res = rt.block_on(s.call(req, ctx)).expect("servlet answers");
     assert_eq!(res.status(), 200);

@@ -7,10 +7,12 @@
 //! way is a [`RequestError`], turned into a response here and only here.
 
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use futures_util::FutureExt;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
@@ -19,7 +21,7 @@ use tracing::field::Empty;
 
 use crate::body::Body;
 use crate::config::{Config, ServerConfig};
-use crate::request::{RequestError, RequestId, path};
+use crate::request::{BodyPolicy, RequestError, RequestId, path};
 use crate::servlet::{CallContext, Loader, LoaderError, Target};
 use crate::site::{Site, Sites};
 use crate::static_files::{self, CacheError};
@@ -87,7 +89,9 @@ impl App {
             ms = Empty,
         );
         let started = (!span.is_disabled()).then(Instant::now);
-        let mut res = self.route(req, remote, id).instrument(span.clone()).await;
+        let mut res = answer_or_500(self.route(req, remote, id), id)
+            .instrument(span.clone())
+            .await;
         let headers = res.headers_mut();
         headers.insert(header::SERVER, SERVER_NAME);
         if self.server.request_id_header {
@@ -129,6 +133,7 @@ impl App {
         remote: SocketAddr,
         id: RequestId,
     ) -> Result<Response<Body>, RequestError> {
+        check_host(&req)?;
         if let Some(len) = req.headers().get(header::CONTENT_LENGTH) {
             match len.to_str().ok().and_then(|s| s.parse::<u64>().ok()) {
                 Some(n) if n > self.server.max_body_bytes => {
@@ -158,8 +163,11 @@ impl App {
                         path_info: &path[info_at..],
                         remote,
                         id,
-                        max_body_bytes: self.server.max_body_bytes,
-                        body_timeout: self.server.header_read_timeout,
+                        body: BodyPolicy {
+                            max_bytes: self.server.max_body_bytes,
+                            timeout: self.server.body_timeout,
+                            min_rate: self.server.body_min_rate,
+                        },
                     };
                     servlet.call(req, ctx).await
                 }
@@ -170,6 +178,101 @@ impl App {
             };
         }
         static_files::respond(&site.cache, &req, &normalized).await
+    }
+}
+
+/// Runs a request's handling; a panic in it ends that request with a 500,
+/// logged with its id, and the connection and the server carry on.
+async fn answer_or_500(
+    handling: impl std::future::Future<Output = Response<Body>>,
+    id: RequestId,
+) -> Response<Body> {
+    match AssertUnwindSafe(handling).catch_unwind().await {
+        Ok(res) => res,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("(no message)");
+            tracing::error!(request_id = %id, panic = what, "request handling panicked; answered 500");
+            RequestError::Internal.into_response()
+        }
+    }
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host, and no
+/// request may carry several or a malformed one. A Host that disagrees
+/// with an absolute-form target (or HTTP/2's `:authority`) is refused
+/// too: two names for one request is how caches get poisoned.
+fn check_host<B>(req: &Request<B>) -> Result<(), RequestError> {
+    let mut values = req.headers().get_all(header::HOST).iter();
+    let host = values.next();
+    if values.next().is_some() {
+        return Err(RequestError::BadRequest("more than one Host header"));
+    }
+    let Some(host) = host else {
+        return if req.version() == http::Version::HTTP_11 {
+            Err(RequestError::BadRequest("HTTP/1.1 request without Host"))
+        } else {
+            Ok(())
+        };
+    };
+    let value = host.as_bytes();
+    if !value.iter().all(|&b| is_authority_byte(b)) {
+        return Err(RequestError::BadRequest("malformed Host"));
+    }
+    if let Some(authority) = req.uri().authority() {
+        let (name, port) = split_port(value);
+        let same_name = name.eq_ignore_ascii_case(authority.host().as_bytes());
+        let same_port = match (port, authority.port_u16()) {
+            (Some(p), Some(q)) => p == q.to_string().as_bytes(),
+            _ => true,
+        };
+        if !same_name || !same_port {
+            return Err(RequestError::BadRequest(
+                "Host disagrees with the request target",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Bytes an RFC 3986 authority (host and port, no userinfo) may hold.
+fn is_authority_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'.'
+                | b'_'
+                | b'~'
+                | b'%'
+                | b'!'
+                | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b';'
+                | b'='
+                | b':'
+                | b'['
+                | b']'
+        )
+}
+
+/// `name:port` → (`name`, `port`); IPv6 literals keep their brackets.
+fn split_port(host: &[u8]) -> (&[u8], Option<&[u8]>) {
+    let after_literal = host.iter().position(|&b| b == b']').map_or(0, |i| i + 1);
+    match host[after_literal..].iter().position(|&b| b == b':') {
+        Some(i) => (
+            &host[..after_literal + i],
+            Some(&host[after_literal + i + 1..]),
+        ),
+        None => (host, None),
     }
 }
 
@@ -187,4 +290,41 @@ fn error_response(e: RequestError, site: &Site, head: bool, id: RequestId) -> Re
         *res.body_mut() = Body::empty();
     }
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panic_while_handling_a_request_becomes_a_500_for_that_request_only() {
+        let id = RequestId::next();
+        let res = answer_or_500(
+            async {
+                if id != RequestId::next() {
+                    panic!("a bug reachable from one request");
+                }
+                Response::new(Body::empty())
+            },
+            id,
+        )
+        .await;
+        assert_eq!(res.status(), 500);
+        let res = answer_or_500(async { Response::new(Body::from("fine")) }, id).await;
+        assert_eq!(res.status(), 200);
+    }
+
+    #[test]
+    fn host_ports_split_after_ipv6_literals() {
+        assert_eq!(
+            split_port(b"a.example:80"),
+            (&b"a.example"[..], Some(&b"80"[..]))
+        );
+        assert_eq!(split_port(b"a.example"), (&b"a.example"[..], None));
+        assert_eq!(
+            split_port(b"[::1]:8080"),
+            (&b"[::1]"[..], Some(&b"8080"[..]))
+        );
+        assert_eq!(split_port(b"[::1]"), (&b"[::1]"[..], None));
+    }
 }

@@ -65,6 +65,14 @@ impl ConfigArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
+    // Panics go to the log like everything else; the request layer turns a
+    // panic in one request into a 500 for that request only.
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!(
+            thread = std::thread::current().name().unwrap_or("?"),
+            "panic: {info}"
+        );
+    }));
     let args = match &cli.command {
         Command::Serve(a) | Command::Check(a) => a,
     };

@@ -14,6 +14,7 @@
 //! swap (files, servlets, configuration) share the one reload loop's state.
 
 use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -276,17 +277,26 @@ fn run(
         if batch.is_empty() {
             continue;
         }
-        if batch.config {
-            if reload_config(&app, &source) {
-                match Watched::new(&app, &source, &tx) {
-                    Ok(w) => watched = w,
-                    Err(e) => tracing::error!("{e}; hot reload may miss changes until restart"),
+        // A bug in one reload must not end hot reload for good: the batch
+        // is abandoned (the old state keeps serving) and the loop goes on.
+        let applied = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            if batch.config {
+                if reload_config(&app, &source) {
+                    match Watched::new(&app, &source, &tx) {
+                        Ok(w) => watched = w,
+                        Err(e) => {
+                            tracing::error!("{e}; hot reload may miss changes until restart")
+                        }
+                    }
                 }
+            } else {
+                refresh_sites(&app, &batch.sites);
             }
-        } else {
-            refresh_sites(&app, &batch.sites);
+            schedule_tier_up(&app, &tx, &mut tiering);
+        }));
+        if applied.is_err() {
+            tracing::error!("reload panicked; the previous state keeps serving");
         }
-        schedule_tier_up(&app, &tx, &mut tiering);
     }
 }
 
@@ -342,8 +352,32 @@ fn tier_up(app: &App, old: &Arc<Servlet>, new: &Arc<Servlet>) {
     }
 }
 
-/// Refreshes the touched sites and swaps the result in.
+/// Refreshes the touched sites and swaps the result in: changed files
+/// first, then changed servlets, so that a static edit never waits for a
+/// servlet to compile (or a module to time out at load).
 fn refresh_sites(app: &App, touched: &[Refresh]) {
+    let files: Vec<Refresh> = touched
+        .iter()
+        .map(|t| Refresh {
+            files: t.files,
+            servlets: false,
+        })
+        .collect();
+    let servlets: Vec<Refresh> = touched
+        .iter()
+        .map(|t| Refresh {
+            files: false,
+            servlets: t.servlets,
+        })
+        .collect();
+    refresh_sites_part(app, &files);
+    refresh_sites_part(app, &servlets);
+}
+
+fn refresh_sites_part(app: &App, touched: &[Refresh]) {
+    if touched.iter().all(|t| !t.files && !t.servlets) {
+        return;
+    }
     let started = Instant::now();
     let current = app.sites.load_full();
     let mut changed = false;

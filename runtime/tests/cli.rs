@@ -5,16 +5,8 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn swan() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_swan"))
-}
-
-fn site() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::create_dir(dir.path().join("www")).expect("www");
-    std::fs::write(dir.path().join("www/index.html"), "cli hello").expect("index");
-    dir
-}
+mod support;
+use support::{get, serve_in, site, stop, swan};
 
 #[test]
 fn version_and_help_are_available_on_every_command() {
@@ -299,4 +291,46 @@ fn every_log_line_of_a_request_carries_its_id() {
     for line in [printed, trapped] {
         assert!(line.contains(&format!("request_id={id}")), "{line}");
     }
+}
+
+#[test]
+fn c_sources_build_when_every_path_is_relative() {
+    let dir = site();
+    std::fs::create_dir_all(dir.path().join("servlets/rel")).expect("mkdir");
+    std::fs::write(
+        dir.path().join("servlets/rel/main.c"),
+        "#include \"swan.h\"\nstatic int handle(void) { swan_print(\"relative ok\"); return 0; }\nSWAN_SERVLET(handle)\n",
+    )
+    .expect("source");
+    // Relative in the file (read from a relative --config) ...
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nmode = \"development\"\nlisten = [\"127.0.0.1:0\"]\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
+    )
+    .expect("config");
+    let (child, addr) = serve_in(dir.path(), &["--config", "swan.toml"]);
+    let reply = get(&addr, "/rel");
+    let log = stop(child);
+    assert!(reply.ends_with("relative ok"), "{reply}\n{log}");
+    // ... and on the command line.
+    std::fs::remove_dir_all(dir.path().join("servlets/target")).expect("clean");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nmode = \"development\"\n[[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let (child, addr) = serve_in(
+        dir.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--root",
+            "www",
+            "--servlets",
+            "servlets",
+        ],
+    );
+    let reply = get(&addr, "/rel");
+    let log = stop(child);
+    assert!(reply.ends_with("relative ok"), "{reply}\n{log}");
 }

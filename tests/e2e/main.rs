@@ -3,6 +3,9 @@
 
 mod config_ui;
 mod examples;
+mod hostile_clients;
+mod hostile_files;
+mod hostile_servlets;
 mod http;
 mod reload;
 mod request_id;

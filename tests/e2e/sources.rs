@@ -1,7 +1,9 @@
 //! Servlet sources (G-WAN's edit-and-reload, safely): C and Rust folders in
-//! a servlets folder are built by swan at start and rebuilt on change; a
-//! failed build keeps the old version, and in development mode the route
-//! shows the compiler's errors.
+//! a servlets folder are built by swan at start and rebuilt on change (in
+//! development mode, or with `build_sources = true`); a failed build keeps
+//! the old version, and in development mode the route shows the compiler's
+//! errors. Production mode builds nothing by default, and every build has a
+//! time limit.
 
 use std::time::Duration;
 
@@ -17,12 +19,13 @@ fn c_source(text: &str) -> String {
     )
 }
 
-async fn start(site: &TestSite, mode: &str) -> Result<TestServer> {
+/// `server` is the `[server]` table.
+async fn start(site: &TestSite, server: &str) -> Result<TestServer> {
     swan_tests::init_logs();
     site.dir("www")?;
     site.dir("servlets")?;
     let config = site.config(&format!(
-        "[server]\nmode = \"{mode}\"\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n"
+        "[server]\n{server}\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n"
     ))?;
     TestServer::start_watching(config).await
 }
@@ -39,7 +42,8 @@ async fn a_c_folder_is_built_at_start_rebuilt_on_change_and_a_broken_build_keeps
 -> Result<()> {
     let site = TestSite::new()?;
     site.file("servlets/greet/main.c", c_source("C version 1"))?;
-    let server = start(&site, "production").await?;
+    // Production mode builds sources only when told to.
+    let server = start(&site, "mode = \"production\"\nbuild_sources = true").await?;
     assert_eq!(
         answer(&server, "/greet").await,
         (StatusCode::OK, "C version 1".to_owned())
@@ -83,7 +87,7 @@ async fn a_c_folder_is_built_at_start_rebuilt_on_change_and_a_broken_build_keeps
 async fn in_development_mode_a_failed_build_shows_the_compiler_errors() -> Result<()> {
     let site = TestSite::new()?;
     site.file("servlets/page/main.c", c_source("working"))?;
-    let server = start(&site, "development").await?;
+    let server = start(&site, "mode = \"development\"").await?;
     assert_eq!(answer(&server, "/page").await.1, "working");
     site.file(
         "servlets/page/main.c",
@@ -138,7 +142,7 @@ async fn a_rust_crate_folder_is_built_and_its_compile_errors_shown_in_developmen
         "servlets/rusty/src/lib.rs",
         lib("Response::text(\"from rust source\")"),
     )?;
-    let server = start(&site, "development").await?;
+    let server = start(&site, "mode = \"development\"").await?;
     assert_eq!(
         answer(&server, "/rusty").await,
         (StatusCode::OK, "from rust source".to_owned())
@@ -151,6 +155,59 @@ async fn a_rust_crate_folder_is_built_and_its_compile_errors_shown_in_developmen
         eventually(WAIT, || async {
             let (status, text) = answer(&server, "/rusty").await;
             status == StatusCode::INTERNAL_SERVER_ERROR && text.contains("not_defined_anywhere")
+        })
+        .await
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn production_mode_builds_no_sources_unless_told_to() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("servlets/greet/main.c", c_source("built"))?;
+    let server = start(&site, "mode = \"production\"").await?;
+    assert_eq!(answer(&server, "/greet").await.0, StatusCode::NOT_FOUND);
+    assert!(!site.path().join("servlets/target").exists());
+    // A change does not build it either.
+    site.file("servlets/greet/main.c", c_source("built again"))?;
+    site.file("www/marker.txt", "reloaded")?;
+    assert!(
+        eventually(WAIT, || async {
+            answer(&server, "/marker.txt").await.1 == "reloaded"
+        })
+        .await
+    );
+    assert_eq!(answer(&server, "/greet").await.0, StatusCode::NOT_FOUND);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_hanging_build_is_killed_at_build_timeout_and_reload_goes_on() -> Result<()> {
+    let site = TestSite::new()?;
+    // clang blocks opening a FIFO nobody writes to: a build that hangs.
+    site.file("servlets/stuck/main.c", "#include \"hang.h\"\nint x;\n")?;
+    let fifo = site.path().join("servlets/stuck/hang.h");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status()?;
+    anyhow::ensure!(made.success(), "mkfifo failed");
+    site.file("servlets/ok/main.c", c_source("still served"))?;
+    let started = std::time::Instant::now();
+    let server = start(&site, "mode = \"development\"\nbuild_timeout = \"2s\"").await?;
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    let (status, text) = answer(&server, "/stuck").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(text.contains("build_timeout"), "{text}");
+    assert_eq!(
+        answer(&server, "/ok").await,
+        (StatusCode::OK, "still served".to_owned())
+    );
+    site.file("www/after.txt", "reload still works")?;
+    assert!(
+        eventually(WAIT, || async {
+            answer(&server, "/after.txt").await.1 == "reload still works"
         })
         .await
     );

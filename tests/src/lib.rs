@@ -21,6 +21,8 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub mod h2raw;
+
 /// A folder holding a swan.toml and site roots, removed when dropped.
 pub struct TestSite {
     dir: tempfile::TempDir,

@@ -27,12 +27,21 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(75);
 /// Connections served at once; more wait in the kernel's accept queue.
 pub const DEFAULT_MAX_CONNECTIONS: u64 = 16_384;
+/// Time a response being sent may go without any write progress (a client
+/// that stopped reading) before the connection is dropped.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Time a request body gets before the minimum rate counts.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes per second a request body must keep up after `body_timeout`.
+pub const DEFAULT_BODY_MIN_RATE: u64 = 1 << 10;
 /// Time in-flight requests get to finish after a shutdown signal.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest file kept in memory; larger ones are streamed from disk.
 pub const DEFAULT_CACHE_MAX_FILE_SIZE: u64 = 1 << 20;
 /// Memory all cached bodies of a site may use, compressed variants included.
 pub const DEFAULT_CACHE_BUDGET: u64 = 256 << 20;
+/// Time a servlet source build may take before it is killed.
+pub const DEFAULT_BUILD_TIMEOUT: Duration = Duration::from_secs(300);
 /// Servlet instances that may exist at once in the whole process (running,
 /// pre-instantiated or kept for reuse); sizes the pooling allocator.
 pub const DEFAULT_MAX_INSTANCES: u64 = 1000;
@@ -128,6 +137,16 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// Idle time before a keep-alive connection is closed. Default: 75 s.
     pub keepalive_timeout: Duration,
+    /// Time a response may make no write progress before the connection is
+    /// dropped. Default: 60 s.
+    pub send_timeout: Duration,
+    /// Request bodies: time allowed before the minimum rate counts; the
+    /// whole body must arrive within `body_timeout + bytes / body_min_rate`.
+    /// Default: 10 s.
+    pub body_timeout: Duration,
+    /// Request bodies: bytes per second they must keep up; 0 makes
+    /// `body_timeout` a limit on the whole body. Default: 1 KiB.
+    pub body_min_rate: u64,
     /// Connections served at once. Default: 16384.
     pub max_connections: usize,
     /// Time in-flight requests get after a shutdown signal; zero stops at
@@ -141,6 +160,12 @@ pub struct ServerConfig {
     /// Whether responses carry the request id as `x-request-id`.
     /// Default: true.
     pub request_id_header: bool,
+    /// Whether servlet source folders are built by swan (which runs native
+    /// toolchains, and a Rust crate's build scripts, with swan's rights).
+    /// `None`: in development mode only. Default: `None`.
+    pub build_sources: Option<bool>,
+    /// Time one source build may take before it is killed. Default: 5 min.
+    pub build_timeout: Duration,
 }
 
 impl ServerConfig {
@@ -154,12 +179,23 @@ impl ServerConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            body_min_rate: DEFAULT_BODY_MIN_RATE,
             max_connections: DEFAULT_MAX_CONNECTIONS as usize,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             max_instances: DEFAULT_MAX_INSTANCES as u32,
             development: false,
             request_id_header: true,
+            build_sources: None,
+            build_timeout: DEFAULT_BUILD_TIMEOUT,
         }
+    }
+
+    /// Whether servlet source folders are built: `build_sources` if set,
+    /// else only in development mode.
+    pub fn builds_sources(&self) -> bool {
+        self.build_sources.unwrap_or(self.development)
     }
 }
 

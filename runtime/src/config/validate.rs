@@ -156,6 +156,26 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
                 },
             );
         }
+        if let Some(servlets) = site.servlets.as_ref().and_then(|d| d.canonicalize().ok()) {
+            for (j, other) in config.sites.iter().enumerate() {
+                let Ok(root) = other.root.canonicalize() else {
+                    continue;
+                };
+                if j != i && servlets.starts_with(&root) {
+                    finding(
+                        At::SiteServlets(i),
+                        format!(
+                            "{} is inside the root of site {:?}, which would serve its modules as static files",
+                            site.servlets
+                                .as_ref()
+                                .map_or(String::new(), |d| d.display().to_string()),
+                            other.name
+                        ),
+                        "keep servlets folders outside every site's root (a site's own servlets folder inside its own root is never served)",
+                    );
+                }
+            }
+        }
         for (r, route) in site.routes.iter().enumerate() {
             let file = &route.servlet;
             if file.extension().is_none_or(|e| e != "wasm") || !file.is_file() {

@@ -4,12 +4,15 @@
 //! - `id`: the request id, logged with every line and sent as
 //!   `x-request-id`;
 //! - `path`: the one place a URL path is normalised (once per request);
+//! - `body`: reading a request body under the size and rate rules;
 //! - `error`: [`RequestError`] and the one mapping from errors to
 //!   responses.
 
+pub mod body;
 pub mod error;
 pub mod id;
 pub mod path;
 
+pub use body::BodyPolicy;
 pub use error::RequestError;
 pub use id::RequestId;

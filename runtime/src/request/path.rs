@@ -9,7 +9,26 @@
 
 use std::borrow::Cow;
 
-use percent_encoding::percent_decode_str;
+use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
+
+/// Bytes escaped when a normalised path goes back into a URL: controls,
+/// space, non-ASCII (by `utf8_percent_encode`), and the characters that
+/// would change what the path means (`?`, `#`, `%`) or are not allowed in
+/// a path (`"`, `<`, `>`, backquote, braces, `\`, `^`, `|`).
+const PATH_ESCAPES: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}')
+    .add(b'\\')
+    .add(b'^')
+    .add(b'|');
 
 /// Why a path was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -98,6 +117,12 @@ pub fn normalize(raw: &str) -> Result<Cow<'_, str>, PathError> {
     Ok(Cow::Owned(out))
 }
 
+/// A normalised path made safe to put back into a URL (a `Location`).
+/// A normalised path never starts with `//`, so neither does the result.
+pub fn encode(normalized: &str) -> String {
+    utf8_percent_encode(normalized, PATH_ESCAPES).to_string()
+}
+
 /// True when `raw` needs no decoding and no segment rewriting: no `%`, no
 /// `\`, no `//`, and no segment starting with `.`.
 fn is_plain(raw: &str) -> bool {
@@ -182,6 +207,27 @@ mod tests {
         assert_eq!(normalize("/.git/config"), Err(PathError::Hidden));
         assert_eq!(normalize("/a/%2egit/x"), Err(PathError::Hidden));
         assert!(PathError::Hidden.is_not_found());
+    }
+
+    #[test]
+    fn encoded_paths_round_trip_and_stay_paths() {
+        for raw in [
+            "/caf%C3%A9/a%20b",
+            "/a%3Fb/%23x",
+            "/%25",
+            "//evil.com",
+            "/a/b/",
+        ] {
+            let norm = ok(raw);
+            let enc = encode(&norm);
+            assert!(
+                enc.starts_with('/') && !enc.starts_with("//"),
+                "{raw} -> {enc}"
+            );
+            assert!(enc.bytes().all(|b| b.is_ascii_graphic()), "{raw} -> {enc}");
+            assert_eq!(ok(&enc), norm, "{raw} -> {enc}");
+        }
+        assert_eq!(encode("/caf\u{e9}"), "/caf%C3%A9");
     }
 
     #[test]

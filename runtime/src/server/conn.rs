@@ -4,7 +4,12 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -12,8 +17,9 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
-use super::watchdog::{ConnState, InFlight, Limits, Verdict, WatchedIo, watch_idle};
+use super::watchdog::{ConnState, Handling, Limits, Sending, Verdict, WatchedIo, watch};
 use crate::app::App;
+use crate::body::Body;
 use crate::config::ServerConfig;
 
 /// Streams one HTTP/2 connection may open at once.
@@ -60,17 +66,22 @@ pub(crate) async fn serve(
     let svc_state = state.clone();
     let service = service_fn(move |req| {
         let app = app.clone();
-        let guard = InFlight::start(svc_state.clone());
+        let handling = Handling::start(svc_state.clone());
         async move {
             let res = app.handle(req, remote).await;
-            drop(guard);
-            Ok::<_, Infallible>(res)
+            // The exchange lasts until the body is sent, not until the
+            // handler returns: a slow download is in flight, not idle.
+            let sending = handling.into_sending();
+            Ok::<_, Infallible>(res.map(|body| SentBody {
+                inner: body,
+                _sending: sending,
+            }))
         }
     });
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     let mut closing = false;
-    let mut watchdog = Box::pin(watch_idle(state.clone(), limits, false));
+    let mut watchdog = Box::pin(watch(state.clone(), limits, false));
     loop {
         tokio::select! {
             result = conn.as_mut() => {
@@ -82,14 +93,14 @@ pub(crate) async fn serve(
             _ = shutdown.changed(), if !closing => {
                 conn.as_mut().graceful_shutdown();
                 closing = true;
-                watchdog = Box::pin(watch_idle(state.clone(), limits, true));
+                watchdog = Box::pin(watch(state.clone(), limits, true));
             }
             verdict = &mut watchdog => match verdict {
                 Verdict::Idle if !closing => {
                     tracing::debug!(%remote, "idle: closing gracefully");
                     conn.as_mut().graceful_shutdown();
                     closing = true;
-                    watchdog = Box::pin(watch_idle(state.clone(), limits, true));
+                    watchdog = Box::pin(watch(state.clone(), limits, true));
                 }
                 Verdict::Idle | Verdict::Drop => {
                     tracing::debug!(%remote, "connection dropped by timeout");
@@ -97,5 +108,35 @@ pub(crate) async fn serve(
                 }
             },
         }
+    }
+}
+
+/// A response body that marks its response in flight until it is sent
+/// (or dropped).
+struct SentBody {
+    inner: Body,
+    _sending: Sending,
+}
+
+impl http_body::Body for SentBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }

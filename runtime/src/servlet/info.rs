@@ -2,10 +2,9 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use crate::config::ServletLimits;
-use crate::request::RequestId;
+use crate::request::{BodyPolicy, RequestId};
 
 /// What a servlet is: shared by its instances.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,9 +30,7 @@ pub struct CallContext<'a> {
     pub remote: SocketAddr,
     /// The request's id, for logs.
     pub id: RequestId,
-    /// The server's own body limit (the smaller of it and the servlet's
-    /// applies).
-    pub max_body_bytes: u64,
-    /// Time the whole request body may take to arrive.
-    pub body_timeout: Duration,
+    /// The server's rules for request bodies (the smaller of its size
+    /// limit and the servlet's applies).
+    pub body: BodyPolicy,
 }

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::native::{self, LoadError};
 use super::plan::{self, BuildRecord, Listing, Planned, PlannedTarget};
@@ -26,6 +27,8 @@ pub struct Loader {
     engine: Arc<Engine>,
     native: native::Linkers,
     development: bool,
+    /// Time limit of a source build, when swan builds sources at all.
+    builds: Option<Duration>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -88,6 +91,7 @@ impl Loader {
             engine,
             native,
             development: server.development,
+            builds: server.builds_sources().then_some(server.build_timeout),
         }))
     }
 
@@ -120,7 +124,7 @@ impl Loader {
     /// and one whose new version fails keeps its previous version.
     pub fn load_site(&self, site: &SiteConfig, previous: Option<&SiteServlets>) -> SiteServlets {
         let listing = match &site.servlets {
-            Some(dir) => plan::list(dir, previous.map(|p| &p.builds)),
+            Some(dir) => plan::list(dir, previous.map(|p| &p.builds), self.builds),
             None => Listing::default(),
         };
         let builds = listing

@@ -18,6 +18,7 @@ mod guest;
 mod info;
 mod loader;
 mod native;
+mod output;
 mod plan;
 mod pool;
 mod route;
@@ -79,10 +80,9 @@ impl Servlet {
     ) -> Result<Response<Body>, RequestError>
     where
         B: HttpBody<Data = bytes::Bytes> + Send + Unpin,
-        B::Error: std::error::Error + Send + Sync + 'static,
     {
-        let limit = self.info.limits.max_body_bytes.min(ctx.max_body_bytes);
-        let input = native::read_request(req, limit, ctx.body_timeout).await?;
+        let policy = ctx.body.at_most(self.info.limits.max_body_bytes);
+        let input = native::read_request(req, policy).await?;
         self.pool.call(input, &ctx).await
     }
 }

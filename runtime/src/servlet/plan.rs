@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::info::ServletInfo;
 use super::route::RouteOrigin;
@@ -46,7 +47,23 @@ pub(crate) enum PlannedTarget {
 
 /// Lists a servlets folder, building the source folders whose sources
 /// changed since `previous` saw them.
-pub(crate) fn list(dir: &Path, previous: Option<&HashMap<String, BuildRecord>>) -> Listing {
+pub(crate) fn list(
+    dir: &Path,
+    previous: Option<&HashMap<String, BuildRecord>>,
+    builds: Option<Duration>,
+) -> Listing {
+    // Tools run inside the source folder: every path handed to them must
+    // be absolute.
+    let dir = &dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let Some(build_timeout) = builds else {
+        for source in source::find(dir) {
+            tracing::warn!(servlet = %source.name, dir = %source.dir.display(), "source folder not built: production mode loads .wasm files only (set build_sources = true in [server] to build sources here)");
+        }
+        return Listing {
+            wasm: wasm_files(dir),
+            sources: Vec::new(),
+        };
+    };
     let sources = source::find(dir)
         .into_iter()
         .map(|source| {
@@ -55,7 +72,7 @@ pub(crate) fn list(dir: &Path, previous: Option<&HashMap<String, BuildRecord>>) 
                 Some(r) if r.stamp == stamp => r.clone(),
                 _ => BuildRecord {
                     stamp,
-                    error: source::build(&source, dir).err().map(|e| {
+                    error: source::build(&source, dir, build_timeout).err().map(|e| {
                         tracing::error!(servlet = %source.name, "build failed; the previous version (if any) keeps serving");
                         Arc::new(e)
                     }),

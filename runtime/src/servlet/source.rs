@@ -1,13 +1,20 @@
 //! Servlet sources: a folder in a servlets folder holding a `Cargo.toml`
 //! (Rust, built for `wasm32-wasip1`) or `.c` files (C, built with clang and
-//! wasi-libc) is built by swan at start and whenever its sources change.
-//! The result lands in `SERVLETS/target/swan/NAME.wasm` and is deployed like
-//! any dropped-in module. Build output streams to the log, tagged with the
-//! servlet's name.
+//! wasi-libc) is built by swan at start and whenever its sources change,
+//! in development mode (or with `build_sources = true`): building runs
+//! native tools, and a crate's build scripts, with swan's rights, so
+//! production loads `.wasm` files only. Each build has a time limit
+//! (`build_timeout`). The result lands in `SERVLETS/target/swan/NAME.wasm`
+//! and is deployed like any dropped-in module. Build output streams to the
+//! log, tagged with the servlet's name.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, kill_process_group};
 
 use crate::file_stamp::FileStamp;
 
@@ -126,8 +133,13 @@ pub(crate) fn stamp(dir: &Path) -> SourceStamp {
 }
 
 /// Builds `source` into `out_dir(servlets)/NAME.wasm` (replaced only by a
-/// successful build).
-pub(crate) fn build(source: &Source, servlets: &Path) -> Result<PathBuf, BuildError> {
+/// successful build); a build running longer than `timeout` is killed
+/// (with every process it started) and fails.
+pub(crate) fn build(
+    source: &Source,
+    servlets: &Path,
+    timeout: Duration,
+) -> Result<PathBuf, BuildError> {
     let out = out_dir(servlets);
     let fail = |output: String| BuildError {
         name: source.name.clone(),
@@ -155,7 +167,7 @@ pub(crate) fn build(source: &Source, servlets: &Path) -> Result<PathBuf, BuildEr
                 .arg(source.dir.join("Cargo.toml"))
                 .arg("--target-dir")
                 .arg(&target_dir);
-            run(&source.name, cmd).map_err(fail)?;
+            run(&source.name, cmd, timeout).map_err(fail)?;
             let artefact = rust_artefact(&source.dir).map_err(fail)?;
             target_dir
                 .join("wasm32-wasip1")
@@ -180,7 +192,7 @@ pub(crate) fn build(source: &Source, servlets: &Path) -> Result<PathBuf, BuildEr
                 .arg("-o")
                 .arg(&staging)
                 .args(c_files(&source.dir));
-            run(&source.name, cmd).map_err(fail)?;
+            run(&source.name, cmd, timeout).map_err(fail)?;
             staging.clone()
         }
     };
@@ -195,9 +207,11 @@ pub(crate) fn build(source: &Source, servlets: &Path) -> Result<PathBuf, BuildEr
     Ok(target)
 }
 
-/// Runs a build command, logging its output line by line as it comes.
-fn run(name: &str, mut cmd: Command) -> Result<(), String> {
+/// Runs a build command in a process group of its own, logging its output
+/// line by line as it comes; past `timeout` the whole group is killed.
+fn run(name: &str, mut cmd: Command, timeout: Duration) -> Result<(), String> {
     let mut child = cmd
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -231,16 +245,38 @@ fn run(name: &str, mut cmd: Command) -> Result<(), String> {
         stderr.map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
         name.to_owned(),
     );
-    let status = child.wait().map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() > timeout => {
+                // The tool's own children (rustc under cargo, a build
+                // script) are in the group too.
+                if let Some(group) = i32::try_from(child.id()).ok().and_then(Pid::from_raw) {
+                    let _ = kill_process_group(group, Signal::KILL);
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(e.to_string()),
+        }
+    };
     let output = format!(
         "{}{}",
         out.join().unwrap_or_default(),
         err.join().unwrap_or_default()
     );
-    if status.success() {
-        Ok(())
-    } else {
-        Err(output)
+    match status {
+        Some(s) if s.success() => Ok(()),
+        Some(_) => Err(output),
+        None => {
+            tracing::error!(servlet = %name, ?timeout, "build killed: it ran past build_timeout");
+            Err(format!(
+                "{output}\nbuild killed after {timeout:?} (build_timeout)\n"
+            ))
+        }
     }
 }
 

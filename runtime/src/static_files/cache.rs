@@ -117,6 +117,45 @@ pub struct DiskFile {
     fingerprint: Fingerprint,
 }
 
+impl DiskFile {
+    /// When the opened file (`meta`) is not the one loaded, the headers
+    /// and modification time that match it; `None` when it is the same.
+    pub(crate) fn revalidated(
+        &self,
+        meta: &std::fs::Metadata,
+    ) -> Option<(Representation, SystemTime)> {
+        let stamp = FileStamp::from_meta(meta);
+        if Some(stamp) == self.fingerprint.0[0] {
+            return None;
+        }
+        let modified = whole_seconds(meta.modified().unwrap_or(UNIX_EPOCH));
+        let etag = disk_etag(stamp);
+        let last_modified = http_date(modified);
+        let mut headers = self.rep.headers.clone();
+        let mut not_modified = self.rep.not_modified.clone();
+        for map in [&mut headers, &mut not_modified] {
+            map.insert(header::ETAG, etag.clone());
+            map.insert(header::LAST_MODIFIED, last_modified.clone());
+        }
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(stamp.len));
+        Some((
+            Representation {
+                etag,
+                headers,
+                not_modified,
+                len: stamp.len,
+            },
+            modified,
+        ))
+    }
+}
+
+/// The validator of a file streamed from disk: size and modification time
+/// (its content is not read at load).
+fn disk_etag(stamp: FileStamp) -> HeaderValue {
+    quoted_etag(&format!("{:x}-{:x}", stamp.len, stamp.mtime_ns))
+}
+
 /// A file of the site.
 #[derive(Debug, Clone)]
 pub enum Resource {
@@ -190,6 +229,11 @@ impl SiteCache {
             .and_then(|v| HeaderValue::from_str(v).ok());
         let mut loader = Loader {
             root: &root,
+            servlets: site
+                .servlets
+                .as_ref()
+                .and_then(|d| d.canonicalize().ok())
+                .filter(|d| d.starts_with(&root)),
             site,
             cache_control,
             cache: SiteCache::default(),
@@ -253,6 +297,9 @@ impl SiteCache {
 
 struct Loader<'a> {
     root: &'a Path,
+    /// The site's servlets folder, when it lies inside the root: never
+    /// served (its modules, sources and build output are not public).
+    servlets: Option<PathBuf>,
     site: &'a SiteConfig,
     cache_control: Option<HeaderValue>,
     cache: SiteCache,
@@ -290,6 +337,10 @@ impl Loader<'_> {
                 continue;
             };
             let key = format!("{prefix}/{name}");
+            if meta.is_dir() && self.servlets.as_deref() == Some(real.as_path()) {
+                tracing::debug!(site = %self.site.name, dir = %path.display(), "not served: the site's servlets folder");
+                continue;
+            }
             if meta.is_dir() {
                 self.cache.dirs.insert(format!("{key}/").into());
                 if let Err(e) = self.walk(&real, &key) {
@@ -338,8 +389,7 @@ impl Loader<'_> {
             if len <= self.site.cache.max_file_size {
                 tracing::warn!(site = %self.site.name, file = %path.display(), "cache budget used up: streaming from disk");
             }
-            let stamp = FileStamp::from_meta(meta);
-            let etag = quoted_etag(&format!("{:x}-{:x}", stamp.len, stamp.mtime_ns));
+            let etag = disk_etag(FileStamp::from_meta(meta));
             let rep = self.representation(&content_type, len, etag, &last_modified, None, false);
             self.cache.stats.streamed_files += 1;
             self.cache.files.insert(
@@ -359,12 +409,12 @@ impl Loader<'_> {
         let mut variants: [Option<Variant>; 2] = [None, None];
         for (slot, encoding) in variants.iter_mut().zip([Encoding::Brotli, Encoding::Gzip]) {
             let sibling = PathBuf::from(format!("{}.{}", path.display(), encoding.suffix()));
-            let body = match std::fs::read(&sibling) {
-                Ok(bytes) => Some(bytes),
-                Err(_) if self.site.cache.compress && compress::is_compressible(ct) => {
+            let body = match self.read_sibling(&sibling) {
+                Some(bytes) => Some(bytes),
+                None if self.site.cache.compress && compress::is_compressible(ct) => {
                     compress::compress(&data, encoding)
                 }
-                Err(_) => None,
+                None => None,
             };
             if let Some(body) = body {
                 let etag = quoted_etag(&format!("{hash:016x}-{}", encoding.suffix()));
@@ -420,6 +470,22 @@ impl Loader<'_> {
             stats.compressed_variants += 1;
         }
         self.cache.files.insert(key.into(), Resource::Memory(file));
+    }
+
+    /// A precompressed sibling (`file.br`, `file.gz`), under the same rules
+    /// as every other file: it must resolve inside the root (links out are
+    /// ignored, with a warning), be a regular file, and fit the size limit.
+    fn read_sibling(&self, sibling: &Path) -> Option<Vec<u8>> {
+        let real = sibling.canonicalize().ok()?;
+        if !real.starts_with(self.root) {
+            tracing::warn!(site = %self.site.name, file = %sibling.display(), target = %real.display(), "precompressed sibling ignored: it points outside the site root");
+            return None;
+        }
+        let meta = std::fs::metadata(&real).ok()?;
+        if !meta.is_file() || meta.len() > self.site.cache.max_file_size {
+            return None;
+        }
+        std::fs::read(&real).ok()
     }
 
     fn representation(

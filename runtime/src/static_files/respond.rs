@@ -41,7 +41,7 @@ pub async fn respond<B>(
     };
     let Some(resource) = resource else {
         if !normalized.ends_with('/') && cache.is_dir(&format!("{normalized}/")) {
-            return Ok(redirect_to_folder(req));
+            return Ok(redirect_to_folder(req, normalized));
         }
         return Err(RequestError::NotFound);
     };
@@ -102,56 +102,72 @@ async fn from_disk<B>(
     req: &Request<B>,
     head: bool,
 ) -> Result<Response<Body>, RequestError> {
+    // Open first and answer from what was opened: if the file was replaced
+    // since it was loaded (renamed over, rewritten), the answer is the new
+    // version whole, with headers that match it; never a 404 for a path
+    // that exists, never a length that lies.
+    let opened = match open_no_follow(&file.path).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::debug!(file = %file.path.display(), error = %e, "cannot open a streamed file");
+            return Err(RequestError::NotFound);
+        }
+    };
+    let meta = opened.metadata().await.map_err(|e| {
+        tracing::warn!(file = %file.path.display(), error = %e, "cannot stat a streamed file");
+        RequestError::Internal
+    })?;
+    if !meta.is_file() {
+        return Err(RequestError::NotFound);
+    }
+    let fresh = file.revalidated(&meta);
+    let (rep, modified) = match &fresh {
+        Some((rep, modified)) => (rep, *modified),
+        None => (&file.rep, file.modified),
+    };
     let headers = req.headers();
-    if let Some(res) = not_modified(&file.rep, file.modified, headers) {
+    if let Some(res) = not_modified(rep, modified, headers) {
         return Ok(res);
     }
     let (start, len, partial_range) = match headers.get(header::RANGE) {
-        None => (0, file.rep.len, None),
-        Some(range) => match byte_range(range, headers, &file.rep, file.modified) {
-            RangeAnswer::Full => (0, file.rep.len, None),
+        None => (0, rep.len, None),
+        Some(range) => match byte_range(range, headers, rep, modified) {
+            RangeAnswer::Full => (0, rep.len, None),
             RangeAnswer::Partial(s, e) => (s, e - s + 1, Some((s, e))),
             RangeAnswer::Unsatisfiable => {
-                return Err(RequestError::RangeNotSatisfiable { len: file.rep.len });
+                return Err(RequestError::RangeNotSatisfiable { len: rep.len });
             }
         },
     };
     let body = if head {
         Body::empty()
     } else {
-        match open_at(&file.path, start, file.rep.len).await {
-            Ok(f) => Body::file(f, len),
-            Err(e) => {
-                tracing::warn!(file = %file.path.display(), error = %e, "cannot stream file");
-                return Err(RequestError::NotFound);
-            }
+        let mut opened = opened;
+        if start > 0 {
+            use tokio::io::AsyncSeekExt;
+            opened
+                .seek(std::io::SeekFrom::Start(start))
+                .await
+                .map_err(|_| RequestError::Internal)?;
         }
+        Body::file(opened, len)
     };
     Ok(match partial_range {
-        Some((s, e)) => partial(&file.rep, s, e, body),
-        None => with_headers(StatusCode::OK, file.rep.headers.clone(), body),
+        Some((s, e)) => partial(rep, s, e, body),
+        None => with_headers(StatusCode::OK, rep.headers.clone(), body),
     })
 }
 
-/// Opens a file and seeks to `start`, refusing a file whose size changed
-/// since it was loaded (its headers would lie).
-async fn open_at(
-    path: &std::path::Path,
-    start: u64,
-    expected_len: u64,
-) -> std::io::Result<tokio::fs::File> {
-    use tokio::io::AsyncSeekExt;
-    let mut f = tokio::fs::File::open(path).await?;
-    let len = f.metadata().await?.len();
-    if len != expected_len {
-        return Err(std::io::Error::other(
-            "file changed size since it was loaded",
-        ));
-    }
-    if start > 0 {
-        f.seek(std::io::SeekFrom::Start(start)).await?;
-    }
-    Ok(f)
+/// Opens a file for reading without following a link in its last
+/// component: a file replaced by a link since it was loaded (perhaps to
+/// something outside the root) is not served.
+async fn open_no_follow(path: &std::path::Path) -> std::io::Result<tokio::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = std::fs::OpenOptions::new();
+    options
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+    tokio::fs::OpenOptions::from(options).open(path).await
 }
 
 fn choose_variant<'f>(file: &'f CachedFile, headers: &HeaderMap) -> &'f Variant {
@@ -292,12 +308,16 @@ fn partial(rep: &Representation, start: u64, end: u64, body: Body) -> Response<B
     with_headers(StatusCode::PARTIAL_CONTENT, headers, body)
 }
 
-fn redirect_to_folder<B>(req: &Request<B>) -> Response<Body> {
-    let uri = req.uri();
-    let location = match uri.query() {
-        Some(q) => format!("{}/?{q}", uri.path()),
-        None => format!("{}/", uri.path()),
-    };
+/// 301 from `/dir` to `/dir/`, query kept. The location is built from the
+/// normalised path, re-encoded, so it always starts with exactly one `/`:
+/// never protocol-relative (`//host`), never carrying raw control bytes.
+fn redirect_to_folder<B>(req: &Request<B>, normalized: &str) -> Response<Body> {
+    let mut location = crate::request::path::encode(normalized);
+    location.push('/');
+    if let Some(q) = req.uri().query() {
+        location.push('?');
+        location.push_str(q);
+    }
     let mut res = crate::request::error::page(StatusCode::MOVED_PERMANENTLY);
     if let Ok(v) = HeaderValue::from_str(&location) {
         res.headers_mut().insert(header::LOCATION, v);

@@ -26,11 +26,16 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "max_body_bytes",
     "header_read_timeout",
     "keepalive_timeout",
+    "send_timeout",
+    "body_timeout",
+    "body_min_rate",
     "max_connections",
     "drain_timeout",
     "max_instances",
     "mode",
     "request_id_header",
+    "build_sources",
+    "build_timeout",
 ];
 /// Keys of `[[site]]`.
 pub(crate) const SITE_KEYS: &[&str] = &[

@@ -73,9 +73,14 @@ pub(super) fn read(t: &mut TableReader<'_, '_>, diag: &mut Diagnostics<'_>) -> S
     if let Some(n) = t.size(diag, "max_body_bytes") {
         s.max_body_bytes = *n.get_ref();
     }
+    if let Some(n) = t.size(diag, "body_min_rate") {
+        s.body_min_rate = *n.get_ref();
+    }
     for (key, slot) in [
         ("header_read_timeout", &mut s.header_read_timeout),
         ("keepalive_timeout", &mut s.keepalive_timeout),
+        ("send_timeout", &mut s.send_timeout),
+        ("body_timeout", &mut s.body_timeout),
         ("drain_timeout", &mut s.drain_timeout),
     ] {
         if let Some(d) = t.duration(diag, key) {
@@ -133,6 +138,19 @@ pub(super) fn read(t: &mut TableReader<'_, '_>, diag: &mut Diagnostics<'_>) -> S
     }
     if let Some(b) = t.bool(diag, "request_id_header") {
         s.request_id_header = b;
+    }
+    s.build_sources = t.bool(diag, "build_sources");
+    if let Some(d) = t.duration(diag, "build_timeout") {
+        if d.get_ref().is_zero() {
+            diag.error(
+                d.span(),
+                "server.build_timeout",
+                "a zero timeout would fail every build",
+                Some("use a positive duration such as \"5m\"".to_owned()),
+            );
+        } else {
+            s.build_timeout = *d.get_ref();
+        }
     }
     s
 }

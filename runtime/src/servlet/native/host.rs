@@ -8,13 +8,10 @@ use http::{HeaderMap, StatusCode};
 use wasmtime::{Memory, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p1::WasiP1Ctx;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use crate::engine::InstanceTicket;
 use crate::servlet::info::ServletInfo;
-
-/// Bytes of stdout and of stderr kept per request for the log.
-const OUTPUT_CAPTURE_BYTES: usize = 64 << 10;
+use crate::servlet::output::GuestOutput;
 
 /// The request as a servlet sees it.
 #[derive(Debug, Default)]
@@ -59,18 +56,16 @@ pub(crate) struct Host {
     pub(crate) response: ResponseData,
     /// Epoch ticks the current request may still run.
     pub(crate) ticks_left: u64,
-    stdout: MemoryOutputPipe,
-    stderr: MemoryOutputPipe,
-    /// Bytes of stdout and stderr already logged (an instance may be reused).
-    logged: [usize; 2],
+    stdout: GuestOutput,
+    stderr: GuestOutput,
     /// This instance's place in the process-wide instance budget.
     _ticket: InstanceTicket,
 }
 
 impl Host {
     pub(crate) fn new(info: Arc<ServletInfo>, ticket: InstanceTicket) -> Host {
-        let stdout = MemoryOutputPipe::new(OUTPUT_CAPTURE_BYTES);
-        let stderr = MemoryOutputPipe::new(OUTPUT_CAPTURE_BYTES);
+        let stdout = GuestOutput::default();
+        let stderr = GuestOutput::default();
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(stdout.clone())
             .stderr(stderr.clone())
@@ -92,32 +87,15 @@ impl Host {
             ticks_left: 0,
             stdout,
             stderr,
-            logged: [0, 0],
             _ticket: ticket,
         }
     }
 
-    /// Logs what the servlet printed, a line per event, tagged with the
-    /// servlet and the request.
+    /// Logs what the servlet printed during this request, a line per
+    /// event, tagged with the servlet and the request.
     pub(crate) fn flush_output(&mut self) {
-        for (i, pipe) in [&self.stdout, &self.stderr].into_iter().enumerate() {
-            let is_err = i == 1;
-            let text = pipe.contents();
-            if text.len() <= self.logged[i] {
-                continue;
-            }
-            let new = text.slice(self.logged[i]..);
-            self.logged[i] = text.len();
-            for line in String::from_utf8_lossy(&new)
-                .lines()
-                .filter(|l| !l.is_empty())
-            {
-                if is_err {
-                    tracing::warn!(servlet = %self.info.name, request_id = %self.request.request_id, stream = "stderr", "{line}");
-                } else {
-                    tracing::info!(servlet = %self.info.name, request_id = %self.request.request_id, stream = "stdout", "{line}");
-                }
-            }
-        }
+        let (name, id) = (&self.info.name, &self.request.request_id);
+        self.stdout.log(name, id, "stdout");
+        self.stderr.log(name, id, "stderr");
     }
 }

@@ -16,7 +16,6 @@ use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 use http_body::Body as HttpBody;
-use http_body_util::{BodyExt, Limited};
 use wasmtime::{Instance, InstancePre, Linker, Store, TypedFunc, UpdateDeadline};
 
 pub use abi::ABI_VERSION;
@@ -27,7 +26,7 @@ use super::guest::{Guest, GuestError};
 use super::info::{CallContext, ServletInfo};
 use crate::body::Body;
 use crate::engine::{EPOCH_TICK, Engine, Tier};
-use crate::request::RequestError;
+use crate::request::{BodyPolicy, RequestError, body};
 use host::{Host, RequestData, ResponseData};
 
 /// Extra time, past its own deadline, that a servlet blocked in a host call
@@ -95,40 +94,16 @@ pub(crate) struct NativeInput {
 #[error("servlet ran past its deadline")]
 struct DeadlineExceeded;
 
-/// Reads a request's body whole, up to `limit` bytes and within `timeout`.
+/// Reads a request whole, as the native ABI hands it over.
 pub(crate) async fn read_request<B>(
     req: Request<B>,
-    limit: u64,
-    timeout: Duration,
+    policy: BodyPolicy,
 ) -> Result<NativeInput, RequestError>
 where
     B: HttpBody<Data = Bytes> + Send + Unpin,
-    B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(RequestError::PayloadTooLarge);
-    }
     let (parts, body) = req.into_parts();
-    if declared == Some(0) || body.is_end_stream() {
-        return Ok(NativeInput {
-            parts,
-            body: Bytes::new(),
-        });
-    }
-    let read = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX)).collect();
-    let body = match tokio::time::timeout(timeout, read).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(RequestError::PayloadTooLarge);
-        }
-        Ok(Err(_)) => return Err(RequestError::BadRequest("unreadable request body")),
-        Err(_) => return Err(RequestError::BodyTimeout),
-    };
+    let body = body::read_whole(&parts.headers, body, policy).await?;
     Ok(NativeInput { parts, body })
 }
 

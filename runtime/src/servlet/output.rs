@@ -1,0 +1,150 @@
+//! Guest stdout and stderr: captured per request (up to
+//! [`OUTPUT_CAPTURE_BYTES`] of each; more is dropped and counted, never an
+//! error the guest sees), then logged line by line with the servlet and
+//! the request id.
+//!
+//! A capture that filled up stays usable: a reused instance starts every
+//! request with an empty one, and a guest whose writes never fail cannot
+//! be broken by its own logging (Rust's `println!` panics on a write error).
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncWrite;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+
+/// Bytes of stdout and of stderr kept per request for the log.
+pub(crate) const OUTPUT_CAPTURE_BYTES: usize = 64 << 10;
+
+/// One output stream of a guest instance.
+#[derive(Clone, Default)]
+pub(crate) struct GuestOutput(Arc<Mutex<Captured>>);
+
+#[derive(Default)]
+struct Captured {
+    bytes: BytesMut,
+    dropped: usize,
+}
+
+impl GuestOutput {
+    fn lock(&self) -> MutexGuard<'_, Captured> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn push(&self, data: &[u8]) {
+        let mut c = self.lock();
+        let keep = data.len().min(OUTPUT_CAPTURE_BYTES - c.bytes.len());
+        c.bytes.extend_from_slice(&data[..keep]);
+        c.dropped += data.len() - keep;
+    }
+
+    /// What was written since the last call, and how many bytes past the
+    /// cap were dropped; the capture starts empty again.
+    pub(crate) fn take(&self) -> (Bytes, usize) {
+        let mut c = self.lock();
+        let dropped = std::mem::take(&mut c.dropped);
+        (c.bytes.split().freeze(), dropped)
+    }
+
+    /// Logs what was written since the last call, a line per event.
+    pub(crate) fn log(&self, servlet: &str, request_id: &str, stream: &'static str) {
+        let (text, dropped) = self.take();
+        for line in String::from_utf8_lossy(&text)
+            .lines()
+            .filter(|l| !l.is_empty())
+        {
+            if stream == "stderr" {
+                tracing::warn!(%servlet, %request_id, stream, "{line}");
+            } else {
+                tracing::info!(%servlet, %request_id, stream, "{line}");
+            }
+        }
+        if dropped > 0 {
+            tracing::warn!(%servlet, %request_id, stream, dropped, "guest output past the per-request cap was dropped");
+        }
+    }
+}
+
+impl IsTerminal for GuestOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestOutput {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl OutputStream for GuestOutput {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.push(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        // Always room: what does not fit the cap is dropped, not refused.
+        Ok(OUTPUT_CAPTURE_BYTES)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for GuestOutput {
+    async fn ready(&mut self) {}
+}
+
+impl AsyncWrite for GuestOutput {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.push(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_capture_drops_and_counts_and_starts_empty_again() {
+        let mut out = GuestOutput::default();
+        for _ in 0..3 {
+            assert!(out.write(Bytes::from(vec![b'x'; 40 << 10])).is_ok());
+            assert!(out.check_write().is_ok_and(|n| n > 0));
+            let (text, dropped) = out.take();
+            assert_eq!(text.len(), 40 << 10);
+            assert_eq!(dropped, 0);
+        }
+        assert!(out.write(Bytes::from(vec![b'y'; 100 << 10])).is_ok());
+        let (text, dropped) = out.take();
+        assert_eq!(text.len(), OUTPUT_CAPTURE_BYTES);
+        assert_eq!(dropped, (100 << 10) - OUTPUT_CAPTURE_BYTES);
+        assert_eq!(out.take().0.len(), 0);
+    }
+}

@@ -1,0 +1,176 @@
+//! The real binary under stress: descriptor exhaustion, SIGTERM under
+//! load, a module that loops at start-up. Every load loop here is bounded
+//! in count and time and stays on loopback.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+mod support;
+use support::{get, serve_in, site, stop};
+
+/// Waits for `child` to exit, at most `wait`.
+fn exit_code(child: &mut Child, wait: Duration) -> Option<i32> {
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status.code();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+#[test]
+fn running_out_of_descriptors_backs_off_and_recovers() {
+    let dir = site();
+    let mut child = Command::new("prlimit")
+        .arg("--nofile=256:256")
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_swan"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(dir.path().join("www"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn under prlimit");
+    let mut banner = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut banner)
+        .expect("banner");
+    let addr = banner
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .map(|a| a.trim_end_matches('/').to_owned())
+        .expect("url in banner");
+    // Twice the server's descriptor limit in open connections.
+    let mut held = Vec::new();
+    for _ in 0..512 {
+        match TcpStream::connect(&addr) {
+            Ok(s) => held.push(s),
+            Err(_) => break,
+        }
+    }
+    assert!(held.len() > 300, "only {} connections", held.len());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.try_wait().expect("wait").is_none(), "swan died");
+    drop(held);
+    // Back to normal within a few back-off periods.
+    let started = Instant::now();
+    let mut reply = String::new();
+    while started.elapsed() < Duration::from_secs(15) {
+        reply = get(&addr, "/");
+        if reply.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = stop(child);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}\n{log}");
+    assert!(log.contains("accept failed"), "{log}");
+}
+
+#[test]
+fn sigterm_under_load_lets_every_answered_request_finish_whole() {
+    let dir = site();
+    std::fs::write(dir.path().join("www/big.bin"), vec![b'b'; 1 << 20]).expect("big");
+    let (mut child, addr) = serve_in(dir.path(), &["--listen", "127.0.0.1:0", "--root", "www"]);
+    let stopping = Arc::new(AtomicBool::new(false));
+    let whole = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (addr, stopping, whole) = (addr.clone(), stopping.clone(), whole.clone());
+            std::thread::spawn(move || -> Result<(), String> {
+                let started = Instant::now();
+                for _ in 0..2000 {
+                    if started.elapsed() > Duration::from_secs(10) {
+                        break;
+                    }
+                    let Ok(mut s) = TcpStream::connect(&addr) else {
+                        // Refused: the server stopped accepting. Fine once
+                        // SIGTERM was sent.
+                        return if stopping.load(Ordering::Relaxed) {
+                            Ok(())
+                        } else {
+                            Err("refused before SIGTERM".to_owned())
+                        };
+                    };
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                    if s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    let mut reply = Vec::new();
+                    let _ = s.read_to_end(&mut reply);
+                    if reply.is_empty() && stopping.load(Ordering::Relaxed) {
+                        continue; // closed before it was read: not answered
+                    }
+                    if !reply.starts_with(b"HTTP/1.1 200") || reply.len() < 1 << 20 {
+                        return Err(format!("a cut answer: {} bytes", reply.len()));
+                    }
+                    whole.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(700));
+    stopping.store(true, Ordering::Relaxed);
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let code = exit_code(&mut child, Duration::from_secs(20));
+    for c in clients {
+        let result = c.join().expect("client thread");
+        assert!(result.is_ok(), "{result:?}");
+    }
+    assert_eq!(code, Some(0));
+    assert!(
+        whole.load(Ordering::Relaxed) > 10,
+        "too few answers to mean anything"
+    );
+}
+
+#[test]
+fn a_module_looping_at_start_up_is_refused_and_sigterm_still_exits() {
+    let dir = site();
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    let looping = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+             (func $s (loop $l (br $l))) (start $s)
+             (func (export "swan_abi_version") (result i32) i32.const 1)
+             (func (export "swan_handle") (result i32) i32.const 0))"#,
+    )
+    .expect("wat");
+    std::fs::write(dir.path().join("servlets/spin.wasm"), looping).expect("write");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\ntimeout = \"500ms\"\n",
+    )
+    .expect("config");
+    let started = Instant::now();
+    let (mut child, addr) = serve_in(dir.path(), &["--config", "swan.toml"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(get(&addr, "/spin").starts_with("HTTP/1.1 404"));
+    assert!(get(&addr, "/").starts_with("HTTP/1.1 200"));
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert_eq!(exit_code(&mut child, Duration::from_secs(15)), Some(0));
+    let mut log = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut log);
+    }
+    assert!(
+        log.contains("spin.wasm") && log.contains("deadline"),
+        "{log}"
+    );
+}

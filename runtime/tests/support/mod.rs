@@ -1,0 +1,71 @@
+//! Running the real `swan` binary from tests.
+
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The binary under test.
+pub(crate) fn swan() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_swan"))
+}
+
+/// A folder with `www/index.html` ("cli hello").
+pub(crate) fn site() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir(dir.path().join("www")).expect("www");
+    std::fs::write(dir.path().join("www/index.html"), "cli hello").expect("index");
+    dir
+}
+
+/// Starts `swan serve` in `dir` with `args`; returns the child and the
+/// address from its banner.
+pub(crate) fn serve_in(dir: &std::path::Path, args: &[&str]) -> (std::process::Child, String) {
+    let mut child = swan()
+        .current_dir(dir)
+        .arg("serve")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut banner = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut banner)
+        .expect("banner");
+    let addr = banner
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .map(|a| a.trim_end_matches('/').to_owned())
+        .unwrap_or_else(|| panic!("no url in banner: {banner:?}"));
+    (child, addr)
+}
+
+pub(crate) fn get(addr: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .expect("write");
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    reply
+}
+
+pub(crate) fn stop(mut child: std::process::Child) -> String {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let mut log = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut log);
+    }
+    let _ = child.wait();
+    log
+}

@@ -1,0 +1,488 @@
+//! Hostile and careless clients: Host tricks, over-long request lines,
+//! smuggling attempts, slow uploads and downloads, clients that stop
+//! reading, and HTTP/2 floods. Expected: the right status or a clean close,
+//! every well-behaved client still served, nothing truncated that the
+//! client kept reading.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use swan_tests::h2raw::{self, H2Conn, flag, kind};
+use swan_tests::{TestServer, TestSite, read_until_close};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Answers the length of the request body it read, as text.
+const BODY_LEN: &str = r#"(module
+  (import "swan" "request_get" (func $get (param i32 i32 i32) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (local $n i32) (local $p i32)
+    (local.set $n (call $get (i32.const 5) (i32.const 0) (i32.const 0)))
+    ;; decimal digits of $n, written backwards from 100
+    (local.set $p (i32.const 100))
+    (loop $d
+      (local.set $p (i32.sub (local.get $p) (i32.const 1)))
+      (i32.store8 (local.get $p) (i32.add (i32.const 48) (i32.rem_u (local.get $n) (i32.const 10))))
+      (local.set $n (i32.div_u (local.get $n) (i32.const 10)))
+      (br_if $d (i32.ne (local.get $n) (i32.const 0))))
+    (drop (call $write (local.get $p) (i32.sub (i32.const 100) (local.get $p))))
+    i32.const 0))"#;
+
+async fn server_with(server_toml: &str) -> Result<(TestSite, TestServer)> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "hello")?;
+    site.file("www/evil.com/index.html", "a folder named like a host")?;
+    site.file("www/big.bin", vec![b'x'; 8 << 20])?;
+    site.file("servlets/len.wasm", wat::parse_str(BODY_LEN)?)?;
+    let config = site.config(&format!(
+        "[server]\nmax_instances = 16\n{server_toml}\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.cache]\nmax_file_size = \"64 KiB\"\n[site.servlet]\nprewarm = 1\n"
+    ))?;
+    let server = TestServer::start(config).await?;
+    Ok((site, server))
+}
+
+async fn status_of(server: &TestServer, raw: &[u8]) -> Result<String> {
+    let r = server.raw(raw, Duration::from_secs(5)).await?;
+    Ok(r.get(9..12).unwrap_or("").to_owned())
+}
+
+#[tokio::test]
+async fn http11_needs_exactly_one_well_formed_host_that_agrees_with_the_target() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let cases: &[(&[u8], &str)] = &[
+        (b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n", "400"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\nConnection: close\r\n\r\n", "400"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n", "400"),
+        (b"GET / HTTP/1.1\r\nHost: a/b\r\nConnection: close\r\n\r\n", "400"),
+        (b"GET / HTTP/1.1\r\nHost: user@a\r\nConnection: close\r\n\r\n", "400"),
+        (b"GET / HTTP/1.1\r\nHost: a\\b\r\nConnection: close\r\n\r\n", "400"),
+        (
+            b"GET http://a.example/ HTTP/1.1\r\nHost: b.example\r\nConnection: close\r\n\r\n",
+            "400",
+        ),
+        (
+            b"GET http://a.example:8080/ HTTP/1.1\r\nHost: a.example:9090\r\nConnection: close\r\n\r\n",
+            "400",
+        ),
+        (
+            b"GET http://a.example/ HTTP/1.1\r\nHost: A.Example\r\nConnection: close\r\n\r\n",
+            "200",
+        ),
+        (b"GET / HTTP/1.1\r\nHost: a.example:80\r\nConnection: close\r\n\r\n", "200"),
+        (b"GET / HTTP/1.1\r\nHost: [::1]:80\r\nConnection: close\r\n\r\n", "200"),
+        (b"GET / HTTP/1.1\r\nHost: \r\nConnection: close\r\n\r\n", "200"),
+        (b"GET / HTTP/1.0\r\n\r\n", "200"),
+    ];
+    for (raw, want) in cases {
+        assert_eq!(
+            status_of(&server, raw).await?,
+            *want,
+            "{}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn http2_authority_and_host_must_agree() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    for (host, want) in [("a.example", true), ("b.example", false)] {
+        let mut conn = H2Conn::open(server.addr()).await?;
+        let mut block = h2raw::get_headers("/", "a.example");
+        // host: literal without indexing, name index 38.
+        block.extend_from_slice(&[0x0f, 0x17, host.len() as u8]);
+        block.extend_from_slice(host.as_bytes());
+        conn.send(&h2raw::frame(
+            kind::HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            1,
+            &block,
+        ))
+        .await;
+        let headers = conn
+            .wait_for(Duration::from_secs(5), |f| {
+                f.kind == kind::HEADERS && f.stream == 1
+            })
+            .await
+            .ok_or_else(|| anyhow::anyhow!("no response"))?;
+        // :status 200 is static index 8 (0x88), 400 is 12 (0x8c).
+        let ok = headers.payload.first() == Some(&0x88);
+        assert_eq!(ok, want, "host {host}: {:x?}", headers.payload);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_over_long_request_line_gets_414_and_over_long_headers_431() -> Result<()> {
+    let (_site, server) = server_with("max_header_bytes = \"8 KiB\"").await?;
+    let long_path = format!("/{}", "a".repeat(20 << 10));
+    let line = format!("GET {long_path} HTTP/1.1\r\nHost: a\r\n\r\n");
+    let r = server.raw(line.as_bytes(), Duration::from_secs(5)).await?;
+    assert!(r.starts_with("HTTP/1.1 414 "), "{}", &r[..r.len().min(200)]);
+    let header = format!(
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(20 << 10)
+    );
+    let r = server
+        .raw(header.as_bytes(), Duration::from_secs(5))
+        .await?;
+    assert!(r.starts_with("HTTP/1.1 431 "), "{}", &r[..r.len().min(200)]);
+    // A long line that fits is fine.
+    let ok = format!(
+        "GET /?q={} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        "c".repeat(4000)
+    );
+    assert!(
+        server
+            .raw(ok.as_bytes(), Duration::from_secs(5))
+            .await?
+            .starts_with("HTTP/1.1 200")
+    );
+    assert_eq!(server.get("/").await?.status, StatusCode::OK);
+    Ok(())
+}
+
+#[tokio::test]
+async fn smuggling_attempts_get_400_or_one_answer_and_a_close() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    // Content-Length and Transfer-Encoding together: never two answers.
+    let r = server
+        .raw(
+            b"POST /len HTTP/1.1\r\nHost: a\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /index.html HTTP/1.1\r\nHost: a\r\n\r\n",
+            Duration::from_secs(3),
+        )
+        .await?;
+    assert!(
+        r.matches("HTTP/1.1 ").count() <= 1 || r.starts_with("HTTP/1.1 400"),
+        "{r}"
+    );
+    let bad: &[&[u8]] = &[
+        b"POST /len HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+        b"POST /len HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\nabcd",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX-Folded: a\r\n b\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost : a\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX-Nul: a\0b\r\n\r\n",
+        b"GET /\0 HTTP/1.1\r\nHost: a\r\n\r\n",
+    ];
+    for raw in bad {
+        let r = server.raw(raw, Duration::from_secs(3)).await?;
+        assert!(
+            r.starts_with("HTTP/1.1 400") || r.starts_with("HTTP/1.1 501"),
+            "{:?} -> {r}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+    assert_eq!(server.get("/").await?.status, StatusCode::OK);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_folder_redirect_is_never_protocol_relative() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    for (path, want) in [
+        ("//evil.com", "/evil.com/"),
+        ("///evil.com", "/evil.com/"),
+        ("/./evil.com", "/evil.com/"),
+        ("//evil.com?x=1", "/evil.com/?x=1"),
+    ] {
+        let raw = format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let r = server.raw(raw.as_bytes(), Duration::from_secs(5)).await?;
+        assert!(r.starts_with("HTTP/1.1 301"), "{path}: {r}");
+        let location = r
+            .lines()
+            .find_map(|l| l.strip_prefix("location: "))
+            .unwrap_or("");
+        assert_eq!(location, want, "{path}");
+    }
+    Ok(())
+}
+
+/// Reads a whole response body at about `rate` bytes per second.
+async fn slow_read<B>(mut body: B, rate: f64) -> Result<usize>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let mut total = 0;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            total += data.len();
+            tokio::time::sleep(Duration::from_secs_f64(data.len() as f64 / rate)).await;
+        }
+    }
+    Ok(total)
+}
+
+#[tokio::test]
+async fn slow_downloads_complete_over_both_protocols() -> Result<()> {
+    // Every timeout is far shorter than the download, which takes about
+    // 3 s: a client that keeps reading gets everything.
+    let (_site, server) = server_with(
+        "header_read_timeout = \"300ms\"\nkeepalive_timeout = \"500ms\"\nsend_timeout = \"1s\"",
+    )
+    .await?;
+    for h2 in [false, true] {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .http2_only(h2)
+                .build_http::<Full<Bytes>>();
+        let started = Instant::now();
+        let res = client
+            .request(Request::get(server.url("/big.bin")).body(Full::default())?)
+            .await?;
+        assert_eq!(res.status(), StatusCode::OK);
+        let total = slow_read(res.into_body(), 3.0 * (1 << 20) as f64).await?;
+        assert_eq!(
+            total,
+            8 << 20,
+            "h2={h2}: truncated after {:?}",
+            started.elapsed()
+        );
+        assert!(
+            started.elapsed() > Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_gets_a_goaway_even_while_it_pings() -> Result<()> {
+    let (_site, server) = server_with("keepalive_timeout = \"600ms\"").await?;
+    let mut conn = H2Conn::open(server.addr()).await?;
+    conn.send(&h2raw::frame(
+        kind::HEADERS,
+        flag::END_HEADERS | flag::END_STREAM,
+        1,
+        &h2raw::get_headers("/", "a"),
+    ))
+    .await;
+    assert!(
+        conn.wait_for(Duration::from_secs(5), |f| f.kind == kind::DATA
+            && f.flags & flag::END_STREAM != 0)
+            .await
+            .is_some()
+    );
+    let started = Instant::now();
+    let mut goaway = None;
+    while started.elapsed() < Duration::from_secs(5) && goaway.is_none() {
+        conn.send(&h2raw::frame(kind::PING, 0, 0, &[0; 8])).await;
+        goaway = conn
+            .wait_for(Duration::from_millis(100), |f| f.kind == kind::GOAWAY)
+            .await;
+    }
+    assert!(goaway.is_some(), "no GOAWAY");
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_dropped_after_send_timeout() -> Result<()> {
+    let (site, server) = server_with("send_timeout = \"1s\"").await?;
+    site.file("www/huge.bin", vec![b'z'; 64 << 20])?;
+    // The new file needs a reload; start a fresh server instead.
+    drop(server);
+    let config = site.config(
+        "[server]\nsend_timeout = \"1s\"\n[[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"64 KiB\"\n",
+    )?;
+    let server = TestServer::start(config).await?;
+    let mut stream = TcpStream::connect(server.addr()).await?;
+    stream
+        .write_all(b"GET /huge.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await?;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Others are served meanwhile.
+    assert_eq!(server.get("/").await?.status, StatusCode::OK);
+    // What the kernel buffered arrives, then the server's close.
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "the connection was not closed");
+    assert!(got.len() < 64 << 20, "everything arrived: {}", got.len());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_slow_steady_upload_completes_and_a_trickle_is_cut_off() -> Result<()> {
+    let (_site, server) = server_with(
+        "header_read_timeout = \"500ms\"\nbody_timeout = \"1s\"\nbody_min_rate = \"1 KiB\"",
+    )
+    .await?;
+    // 16 KiB at about 4 KiB/s: four times the minimum rate, for 4 s.
+    let mut stream = TcpStream::connect(server.addr()).await?;
+    stream
+        .write_all(
+            b"POST /len HTTP/1.1\r\nHost: a\r\nContent-Length: 16384\r\nConnection: close\r\n\r\n",
+        )
+        .await?;
+    for _ in 0..16 {
+        stream.write_all(&[b'u'; 1024]).await?;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let r = read_until_close(&mut stream, Duration::from_secs(5)).await;
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    assert!(r.ends_with("16384"), "{r}");
+    // 100 bytes a second falls behind the minimum rate: 408 within a few s.
+    let mut stream = TcpStream::connect(server.addr()).await?;
+    stream
+        .write_all(b"POST /len HTTP/1.1\r\nHost: a\r\nContent-Length: 16384\r\n\r\n")
+        .await?;
+    let started = Instant::now();
+    let mut answer = String::new();
+    while started.elapsed() < Duration::from_secs(8) {
+        if stream.write_all(&[b't'; 10]).await.is_err() {
+            break;
+        }
+        let mut buf = [0u8; 512];
+        if let Ok(Ok(n)) =
+            tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buf)).await
+        {
+            answer.push_str(&String::from_utf8_lossy(&buf[..n]));
+            if n == 0 || answer.contains("\r\n\r\n") {
+                break;
+            }
+        }
+    }
+    assert!(
+        answer.starts_with("HTTP/1.1 408"),
+        "{answer:?} after {:?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+/// Floods one HTTP/2 connection with `frames` (sent in batches while the
+/// server lets us), then checks that another client is served at once.
+async fn flood(server: &TestServer, frames: impl Fn(u32) -> Vec<u8>, count: u32) -> Result<bool> {
+    let mut conn = H2Conn::open(server.addr()).await?;
+    let started = Instant::now();
+    let mut batch = Vec::new();
+    let mut closed = false;
+    for i in 0..count {
+        batch.extend(frames(i));
+        if batch.len() > 64 << 10 {
+            if !conn.send(&batch).await {
+                closed = true;
+                break;
+            }
+            batch.clear();
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+    }
+    if !closed {
+        closed = !conn.send(&batch).await;
+    }
+    let t = Instant::now();
+    let r = server.get("/").await?;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "others stalled: {:?}",
+        t.elapsed()
+    );
+    // Did the server end the flooding connection (GOAWAY or close)?
+    let ended = closed
+        || conn
+            .wait_for(Duration::from_secs(3), |f| f.kind == kind::GOAWAY)
+            .await
+            .is_some();
+    Ok(ended)
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn http2_floods_are_cut_off_and_others_are_served() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let before = rss_kib();
+    // Rapid reset: open a stream and cancel it, over and over.
+    let headers = h2raw::get_headers("/", "a");
+    let ended = flood(
+        &server,
+        |i| {
+            let id = 2 * i + 1;
+            let mut f = h2raw::frame(
+                kind::HEADERS,
+                flag::END_HEADERS | flag::END_STREAM,
+                id,
+                &headers,
+            );
+            f.extend(h2raw::frame(kind::RST_STREAM, 0, id, &8u32.to_be_bytes()));
+            f
+        },
+        100_000,
+    )
+    .await?;
+    assert!(ended, "rapid reset was not cut off");
+    // CONTINUATION without end: headers that never finish.
+    let ended = flood(
+        &server,
+        |i| {
+            if i == 0 {
+                h2raw::frame(kind::HEADERS, 0, 1, &headers)
+            } else {
+                h2raw::frame(kind::CONTINUATION, 0, 1, &[0x40, 0x01, b'x', 0x7f, 0x7f])
+            }
+        },
+        200_000,
+    )
+    .await?;
+    assert!(ended, "CONTINUATION flood was not cut off");
+    // PING, SETTINGS and empty DATA floods: the server may answer or cut
+    // them off, but must stay responsive to others.
+    flood(
+        &server,
+        |_| h2raw::frame(kind::PING, 0, 0, &[1; 8]),
+        200_000,
+    )
+    .await?;
+    flood(
+        &server,
+        |_| h2raw::frame(kind::SETTINGS, 0, 0, &[]),
+        200_000,
+    )
+    .await?;
+    flood(
+        &server,
+        |i| {
+            if i == 0 {
+                h2raw::frame(
+                    kind::HEADERS,
+                    flag::END_HEADERS,
+                    1,
+                    &h2raw::get_headers("/len", "a"),
+                )
+            } else {
+                h2raw::frame(kind::DATA, 0, 1, &[])
+            }
+        },
+        200_000,
+    )
+    .await?;
+    let grown = rss_kib().saturating_sub(before);
+    assert!(grown < 100 << 10, "memory grew by {grown} KiB");
+    assert_eq!(server.get("/").await?.status, StatusCode::OK);
+    Ok(())
+}
