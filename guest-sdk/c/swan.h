@@ -59,6 +59,18 @@ int32_t swan_write(const void *data, int32_t len);
 SWAN_IMPORT("log")
 void swan_log_raw(int32_t level, const char *msg, int32_t len);
 
+/* Outbound HTTP (where the route's allowed_outbound_hosts allow it).
+ * `request` is "METHOD URL\n", header lines "name: value\n", an empty line,
+ * then the body. Returns the response status, or a negative error:
+ * -1 denied, -2 address prohibited, -3 connect failed, -4 timeout,
+ * -5 too many in flight, -6 bad request, -7 response too large, -8 other. */
+SWAN_IMPORT("http_send")
+int32_t swan_http_send(const char *request, int32_t len);
+/* Parts of the last response: 0 headers ("name: value\n" lines), 1 body. */
+enum swan_response_part { SWAN_RESPONSE_HEADERS = 0, SWAN_RESPONSE_BODY = 1 };
+SWAN_IMPORT("http_response_get")
+int32_t swan_http_response_get(int32_t part, char *buf, int32_t buf_len);
+
 /* Copies a request part into buf as a NUL-terminated string (truncated to
  * fit); returns the part's full length. */
 static inline int32_t swan_request_string(enum swan_part part, char *buf, int32_t buf_len) {

@@ -20,6 +20,8 @@ mod raw {
         ) -> i32;
         pub(super) fn response_write(ptr: *const u8, len: i32) -> i32;
         pub(super) fn log(level: i32, ptr: *const u8, len: i32);
+        pub(super) fn http_send(ptr: *const u8, len: i32) -> i32;
+        pub(super) fn http_response_get(part: i32, buf: *mut u8, buf_len: i32) -> i32;
     }
 }
 
@@ -95,8 +97,30 @@ pub(crate) fn log(level: i32, message: &[u8]) {
     unsafe { raw::log(level, message.as_ptr(), len(message.len())) }
 }
 
+#[cfg(target_family = "wasm")]
+pub(crate) fn http_send(request: &[u8]) -> i32 {
+    // SAFETY: `request` is readable for its length.
+    unsafe { raw::http_send(request.as_ptr(), len(request.len())) }
+}
+
+#[cfg(target_family = "wasm")]
+pub(crate) fn http_response_get(part: i32, buf: &mut [u8]) -> i32 {
+    // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
+    unsafe { raw::http_response_get(part, buf.as_mut_ptr(), len(buf.len())) }
+}
+
 // Outside wasm (unit tests of handlers, docs) there is no host: requests
-// are empty, responses and logs go nowhere.
+// are empty, responses and logs go nowhere, outbound requests are denied.
+
+#[cfg(not(target_family = "wasm"))]
+pub(crate) fn http_send(_request: &[u8]) -> i32 {
+    -1
+}
+
+#[cfg(not(target_family = "wasm"))]
+pub(crate) fn http_response_get(_part: i32, _buf: &mut [u8]) -> i32 {
+    -1
+}
 
 #[cfg(not(target_family = "wasm"))]
 pub(crate) fn request_get(_part: i32, _buf: &mut [u8]) -> i32 {

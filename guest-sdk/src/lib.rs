@@ -29,6 +29,7 @@
 //! `guest-sdk/ABI.md`; user code never needs `unsafe`.
 
 mod ffi;
+pub mod http;
 mod query;
 
 pub use query::{parse_query, percent_decode};

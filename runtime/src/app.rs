@@ -89,9 +89,11 @@ impl App {
             ms = Empty,
         );
         let started = (!span.is_disabled()).then(Instant::now);
-        let mut res = answer_or_500(self.route(req, remote, id), id)
-            .instrument(span.clone())
-            .await;
+        // Pinned in place: the wrappers below hold a pointer to the
+        // handling, not a copy of its state.
+        let handling = self.route(req, remote, id);
+        tokio::pin!(handling);
+        let mut res = answer_or_500(handling.as_mut().instrument(span.clone()), id).await;
         let headers = res.headers_mut();
         headers.insert(header::SERVER, SERVER_NAME);
         if self.server.request_id_header {
@@ -169,7 +171,9 @@ impl App {
                             min_rate: self.server.body_min_rate,
                         },
                     };
-                    servlet.call(req, ctx).await
+                    // Boxed: a guest call's state is kilobytes, and the
+                    // static path should not carry (and move) it.
+                    Box::pin(servlet.call(req, ctx)).await
                 }
                 Target::BuildFailed(e) => Err(RequestError::BuildFailed {
                     servlet: e.name.clone(),

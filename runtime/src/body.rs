@@ -2,7 +2,8 @@
 //!
 //! An enum rather than a boxed trait object: a cached file is one `Bytes`
 //! handed to hyper without a copy or an allocation, and large files stream
-//! from disk in bounded chunks.
+//! from disk in bounded chunks. Bodies a guest streams are boxed (one
+//! allocation per response, next to a whole instance).
 
 use std::io;
 use std::pin::Pin;
@@ -11,6 +12,8 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use futures_core::Stream;
 use http_body::{Frame, SizeHint};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
 use tokio::io::{AsyncReadExt, Take};
 use tokio_util::io::ReaderStream;
 
@@ -31,6 +34,7 @@ enum Kind {
         stream: ReaderStream<Take<tokio::fs::File>>,
         remaining: u64,
     },
+    Stream(UnsyncBoxBody<Bytes, io::Error>),
 }
 
 impl Body {
@@ -64,7 +68,21 @@ impl Body {
         match self.kind {
             Kind::Full(b) => b,
             Kind::Empty => Some(Bytes::new()),
-            Kind::File { .. } => None,
+            Kind::File { .. } | Kind::Stream(_) => None,
+        }
+    }
+}
+
+impl Body {
+    /// A body produced as it is sent (a guest's streamed response). An
+    /// error ends the response abnormally: hyper closes the connection
+    /// (HTTP/1.1) or resets the stream (HTTP/2) instead of ending it
+    /// cleanly.
+    pub fn stream(
+        body: impl http_body::Body<Data = Bytes, Error = io::Error> + Send + 'static,
+    ) -> Body {
+        Body {
+            kind: Kind::Stream(body.boxed_unsync()),
         }
     }
 }
@@ -116,6 +134,7 @@ impl http_body::Body for Body {
                 )))),
                 None => Poll::Ready(None),
             },
+            Kind::Stream(body) => Pin::new(body).poll_frame(cx),
         }
     }
 
@@ -124,6 +143,7 @@ impl http_body::Body for Body {
             Kind::Empty => true,
             Kind::Full(b) => b.is_none(),
             Kind::File { remaining, .. } => *remaining == 0,
+            Kind::Stream(body) => body.is_end_stream(),
         }
     }
 
@@ -132,6 +152,7 @@ impl http_body::Body for Body {
             Kind::Empty => SizeHint::with_exact(0),
             Kind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Kind::File { remaining, .. } => SizeHint::with_exact(*remaining),
+            Kind::Stream(body) => body.size_hint(),
         }
     }
 }

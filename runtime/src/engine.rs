@@ -30,6 +30,13 @@ const MEMORY_KEEP_RESIDENT: usize = 2 << 20;
 const TABLE_KEEP_RESIDENT: usize = 64 << 10;
 const STACK_KEEP_RESIDENT: usize = 128 << 10;
 
+/// Core instances, memories and tables one component may hold (the
+/// largest known toolchain output, componentize-py, links about 15 core
+/// modules sharing one memory and one table).
+const COMPONENT_CORE_INSTANCES: u32 = 64;
+const COMPONENT_MEMORIES: u32 = 8;
+const COMPONENT_TABLES: u32 = 16;
+
 /// Which compiler made a guest's machine code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
@@ -211,12 +218,21 @@ impl Drop for InstanceTicket {
 
 fn wasmtime_engine(server: &ServerConfig, tier: Tier) -> Result<wasmtime::Engine, EngineError> {
     let mut pool = PoolingAllocationConfig::new();
+    // `max_instances` guest instances, each a core module or a component.
+    // A component is several core modules linked together (the program,
+    // the WASI adapter, shims), usually with one memory: its core
+    // instances, memories and tables come from the same pool. Instance and
+    // table slots cost only address space; memory slots are the expensive
+    // ones, so a component gets two on average.
     let n = server.max_instances;
-    pool.total_core_instances(n)
-        .total_memories(n)
-        .total_tables(n)
+    pool.total_component_instances(n)
+        .total_core_instances(n.saturating_mul(COMPONENT_CORE_INSTANCES))
+        .max_core_instances_per_component(COMPONENT_CORE_INSTANCES)
+        .total_memories(n.saturating_mul(2))
+        .max_memories_per_component(COMPONENT_MEMORIES)
+        .total_tables(n.saturating_mul(4))
+        .max_tables_per_component(COMPONENT_TABLES)
         .total_stacks(n)
-        .total_component_instances(0)
         .linear_memory_keep_resident(MEMORY_KEEP_RESIDENT)
         .table_keep_resident(TABLE_KEEP_RESIDENT)
         .async_stack_keep_resident(STACK_KEEP_RESIDENT)

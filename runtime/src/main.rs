@@ -278,10 +278,11 @@ fn check(config: &Config) -> anyhow::Result<()> {
             let info = servlet.info();
             let l = &info.limits;
             println!(
-                "  servlet {:<16} {} ({:?}): memory {}, timeout {:?}, body {}, response {}, concurrency {}, reuse {}",
+                "  servlet {:<16} {} ({:?}, {}): memory {}, timeout {:?}, body {}, response {}, concurrency {}, reuse {}",
                 route.path.to_string(),
                 info.file.display(),
                 route.origin,
+                servlet.kind(),
                 human_bytes(l.max_memory),
                 l.timeout,
                 human_bytes(l.max_body_bytes),
@@ -289,6 +290,23 @@ fn check(config: &Config) -> anyhow::Result<()> {
                 l.max_concurrency,
                 l.reuse,
             );
+            if !l.outbound.allowed_hosts.is_empty() {
+                let rules: Vec<String> = l
+                    .outbound
+                    .allowed_hosts
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect();
+                println!(
+                    "    outbound {}{}",
+                    rules.join(", "),
+                    if l.outbound.allow_private {
+                        " (private addresses allowed)"
+                    } else {
+                        ""
+                    }
+                );
+            }
         }
         for refused in &site.servlets.refused {
             problems += 1;

@@ -131,7 +131,7 @@ fn check_fails_when_a_servlet_is_refused_and_says_why() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("servlet /hello/*")
-            && text.contains("hello.wasm (Folder): memory 64.0 MiB, timeout 5s"),
+            && text.contains("hello.wasm (Folder, native ABI 1): memory 64.0 MiB, timeout 5s"),
         "{text}"
     );
 }
@@ -333,4 +333,53 @@ fn c_sources_build_when_every_path_is_relative() {
     let reply = get(&addr, "/rel");
     let log = stop(child);
     assert!(reply.ends_with("relative ok"), "{reply}\n{log}");
+}
+
+#[test]
+fn check_lists_each_servlets_kind_and_outbound_rules() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest = root.join("tests/guests/faults-component/Cargo.toml");
+    let built = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&root)
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .status()
+        .expect("cargo");
+    assert!(built.success(), "the test component did not build");
+    let component = root
+        .join("tests/guests/faults-component/target/wasm32-wasip2/release/faults_component.wasm");
+    let dir = site();
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    std::fs::copy(&component, dir.path().join("servlets/comp.wasm")).expect("copy");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nallowed_outbound_hosts = [\"https://api.example.com\", \"http://127.0.0.1:8080\"]\n",
+    )
+    .expect("config");
+    let out = swan()
+        .args(["check", "--config", "swan.toml"])
+        .current_dir(dir.path())
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("comp.wasm (Folder, component (wasi:http/incoming-handler@0.2.12))"),
+        "{text}"
+    );
+    assert!(
+        text.contains("outbound https://api.example.com, http://127.0.0.1:8080"),
+        "{text}"
+    );
 }

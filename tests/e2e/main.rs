@@ -1,12 +1,15 @@
 //! End-to-end tests: the real server on 127.0.0.1:0, real HTTP clients.
 //! One binary, a module per feature.
 
+mod component_examples;
+mod components;
 mod config_ui;
 mod examples;
 mod hostile_clients;
 mod hostile_files;
 mod hostile_servlets;
 mod http;
+mod outbound;
 mod reload;
 mod request_id;
 mod servlets;

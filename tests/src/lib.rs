@@ -297,6 +297,74 @@ pub fn example_servlets() -> Result<PathBuf> {
         .map_err(|e| anyhow::anyhow!(e))
 }
 
+/// Builds a test guest crate `tests/guests/NAME` for `target` (once per
+/// test process and crate) and returns the `.wasm` it made.
+pub fn guest(name: &str, target: &str) -> Result<PathBuf> {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().map_err(|_| anyhow::anyhow!("lock"))?;
+    if let Some((_, path)) = built.iter().find(|(n, _)| n == name) {
+        return Ok(path.clone());
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest = root.join("tests/guests").join(name).join("Cargo.toml");
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(&root)
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--target",
+                target,
+                "--manifest-path",
+            ])
+            .arg(&manifest)
+            .status()
+            .context("run cargo")?;
+    anyhow::ensure!(
+        status.success(),
+        "building tests/guests/{name} failed; run scripts/setup to install the {target} target"
+    );
+    let file = root
+        .join("tests/guests")
+        .join(name)
+        .join("target")
+        .join(target)
+        .join("release")
+        .join(format!("{}.wasm", name.replace('-', "_")));
+    built.push((name.to_owned(), file.clone()));
+    Ok(file)
+}
+
+/// Builds the example components (Rust, JavaScript, Python) from source
+/// (once per test process) and returns the folder holding
+/// `hello-rust.wasm`, `hello-js.wasm` and `hello-python.wasm`; `which`
+/// limits the build to some of them.
+pub fn example_components(which: &[&str]) -> Result<PathBuf> {
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = root.join("target").join("example-components");
+    let mut built = BUILT.lock().map_err(|_| anyhow::anyhow!("lock"))?;
+    let missing: Vec<&str> = which
+        .iter()
+        .copied()
+        .filter(|w| !built.iter().any(|b| b == w))
+        .collect();
+    if !missing.is_empty() {
+        let status = std::process::Command::new(root.join("examples/build-components.sh"))
+            .arg(&out)
+            .args(&missing)
+            .status()
+            .context("run examples/build-components.sh")?;
+        anyhow::ensure!(
+            status.success(),
+            "examples/build-components.sh failed; run scripts/setup to install the toolchains"
+        );
+        built.extend(missing.iter().map(|m| (*m).to_owned()));
+    }
+    Ok(out)
+}
+
 /// Polls `check` every 10 ms until it returns true or `limit` passes.
 pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
 where

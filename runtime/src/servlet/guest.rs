@@ -8,11 +8,12 @@ use std::future::Future;
 use http::Response;
 
 use super::info::CallContext;
+use super::pool::Lease;
 use crate::body::Body;
 use crate::request::RequestError;
 
 /// A kind of guest.
-pub(crate) trait Guest: Send + Sync + 'static {
+pub(crate) trait Guest: Send + Sync + Sized + 'static {
     /// One live instance, ready for a request.
     type Instance: Send + 'static;
     /// A request as this kind takes it (read before an instance is taken,
@@ -23,11 +24,12 @@ pub(crate) trait Guest: Send + Sync + 'static {
     /// the servlet's deadline.
     fn instantiate(&self) -> impl Future<Output = Result<Self::Instance, GuestError>> + Send;
 
-    /// Runs one request in `instance`. On an error the instance is
-    /// dropped, never reused.
+    /// Runs one request in the lent instance, and gives the lease back
+    /// ([`Lease::finish`]) when the request is over and went well; a
+    /// dropped lease discards the instance.
     fn handle(
         &self,
-        instance: &mut Self::Instance,
+        lease: Lease<Self>,
         input: Self::Input,
         ctx: &CallContext<'_>,
     ) -> impl Future<Output = Result<Response<Body>, RequestError>> + Send;

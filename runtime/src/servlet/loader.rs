@@ -17,6 +17,7 @@ use super::plan::{self, BuildRecord, Listing, Planned, PlannedTarget};
 use super::pool::InstancePool;
 use super::route::{Route, RouteTable, Target};
 use super::source::BuildError;
+use super::{Pool, component};
 use super::{Servlet, ServletInfo};
 use crate::config::{RoutePath, ServerConfig, SiteConfig};
 use crate::engine::{Engine, EngineError, Tier};
@@ -26,6 +27,7 @@ use crate::file_stamp::FileStamp;
 pub struct Loader {
     engine: Arc<Engine>,
     native: native::Linkers,
+    components: component::Linkers,
     development: bool,
     /// Time limit of a source build, when swan builds sources at all.
     builds: Option<Duration>,
@@ -85,11 +87,13 @@ impl Loader {
     /// The engine for a server's limits, and the linkers.
     pub fn new(server: &ServerConfig) -> Result<Arc<Loader>, LoaderError> {
         let engine = Engine::new(server)?;
-        let native =
-            native::Linkers::new(&engine).map_err(|e| LoaderError::Link(format!("{e:#}")))?;
+        let link = |e: wasmtime::Error| LoaderError::Link(format!("{e:#}"));
+        let native = native::Linkers::new(&engine).map_err(link)?;
+        let components = component::Linkers::new(&engine).map_err(link)?;
         Ok(Arc::new(Loader {
             engine,
             native,
+            components,
             development: server.development,
             builds: server.builds_sources().then_some(server.build_timeout),
         }))
@@ -105,17 +109,29 @@ impl Loader {
     /// starts filling its pool.
     pub fn load_servlet(&self, info: ServletInfo, tier: Tier) -> Result<Arc<Servlet>, LoadError> {
         let info = Arc::new(info);
-        let (guest, tier) = match native::load(&self.engine, &self.native, info.clone(), tier) {
-            Err(e) if tier == Tier::Baseline => {
-                tracing::debug!(servlet = %info.name, error = %e, "baseline compiler refused; using Cranelift");
-                native::load(&self.engine, &self.native, info.clone(), Tier::Optimized)?
+        let bytes = std::fs::read(&info.file).map_err(|source| LoadError::Read {
+            file: info.file.clone(),
+            source,
+        })?;
+        let (pool, tier) = if component::is_component(&bytes) {
+            let (guest, tier) = with_fallback(tier, &info.name, |t| {
+                component::load(&self.engine, &self.components, info.clone(), &bytes, t)
+            })?;
+            let pool = InstancePool::new(guest, info.clone());
+            if info.limits.prewarm > 0 {
+                self.engine.spawn_background(pool.clone().fill());
             }
-            other => other?,
+            (Pool::Component(pool), tier)
+        } else {
+            let (guest, tier) = with_fallback(tier, &info.name, |t| {
+                native::load(&self.engine, &self.native, info.clone(), &bytes, t)
+            })?;
+            let pool = InstancePool::new(guest, info.clone());
+            if info.limits.prewarm > 0 {
+                self.engine.spawn_background(pool.clone().fill());
+            }
+            (Pool::Native(pool), tier)
         };
-        let pool = InstancePool::new(guest, info.clone());
-        if info.limits.prewarm > 0 {
-            self.engine.spawn_background(pool.clone().fill());
-        }
         Ok(Arc::new(Servlet { info, tier, pool }))
     }
 
@@ -173,7 +189,7 @@ impl Loader {
     ) -> (Vec<Option<Loaded>>, Vec<Refused>) {
         enum Step {
             Reuse(Loaded),
-            Compile(ServletInfo, Option<FileStamp>, Option<Loaded>),
+            Compile(Box<ServletInfo>, Option<FileStamp>, Option<Loaded>),
         }
         let steps: Vec<(RoutePath, Step)> = planned
             .into_iter()
@@ -189,7 +205,7 @@ impl Loader {
                         .find(|l| l.path == path && l.servlet.info().file == info.file)
                 });
                 let step = match old {
-                    Some(old) if old.stamp == stamp && *old.servlet.info() == info => {
+                    Some(old) if old.stamp == stamp && *old.servlet.info() == *info => {
                         Step::Reuse(old.clone())
                     }
                     _ => Step::Compile(info, stamp, old.cloned()),
@@ -207,7 +223,7 @@ impl Loader {
                         let handle = scope.spawn(move || {
                             let started = std::time::Instant::now();
                             let file = info.file.clone();
-                            let loaded = self.load_servlet(info, tier);
+                            let loaded = self.load_servlet(*info, tier);
                             tracing::debug!(file = %file.display(), took_ms = started.elapsed().as_millis() as u64, "servlet compiled and checked");
                             loaded
                         });
@@ -257,6 +273,22 @@ impl Loader {
             }
             (loaded, refused)
         })
+    }
+}
+
+/// Loads with `tier`; a module the baseline compiler cannot handle goes to
+/// Cranelift.
+fn with_fallback<T>(
+    tier: Tier,
+    name: &str,
+    load: impl Fn(Tier) -> Result<T, LoadError>,
+) -> Result<T, LoadError> {
+    match load(tier) {
+        Err(e) if tier == Tier::Baseline => {
+            tracing::debug!(servlet = %name, error = %e, "baseline compiler refused; using Cranelift");
+            load(Tier::Optimized)
+        }
+        other => other,
     }
 }
 

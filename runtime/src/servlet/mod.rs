@@ -8,16 +8,21 @@
 //! - `pool`: a servlet's instances: ready queue, refill, reuse,
 //!   concurrency and queue limits;
 //! - `guest`: what "a guest that answers a request" is, whatever its kind;
-//! - `native`: guests speaking swan's native ABI (`guest-sdk/ABI.md`).
+//! - `native`: guests speaking swan's native ABI (`guest-sdk/ABI.md`);
+//! - `component`: standard `wasi:http/proxy` components;
+//! - `outbound`: what a servlet may reach over HTTP;
+//! - `output`: guest stdout and stderr, per request, to the log.
 //!
 //! Every request runs in a fresh instance unless the servlet opts into
 //! `reuse = N`. Instances are created ahead of time, so the request path
 //! usually only takes one from a lock-free queue.
 
+mod component;
 mod guest;
 mod info;
 mod loader;
 mod native;
+mod outbound;
 mod output;
 mod plan;
 mod pool;
@@ -44,7 +49,40 @@ use pool::InstancePool;
 pub struct Servlet {
     info: Arc<ServletInfo>,
     tier: Tier,
-    pool: Arc<InstancePool<native::NativeGuest>>,
+    pool: Pool,
+}
+
+/// A servlet's instances, by kind of guest.
+enum Pool {
+    Native(Arc<InstancePool<native::NativeGuest>>),
+    Component(Arc<InstancePool<component::ComponentGuest>>),
+}
+
+/// What kind of guest a servlet is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServletKind {
+    /// A core module speaking the native ABI (version 1).
+    Native,
+    /// A `wasi:http/proxy` 0.2 component; its exports.
+    Component {
+        /// The component's exports (`wasi:http/incoming-handler@0.2.x`, ...).
+        exports: Vec<String>,
+    },
+}
+
+impl std::fmt::Display for ServletKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServletKind::Native => write!(f, "native ABI {ABI_VERSION}"),
+            ServletKind::Component { exports } => {
+                let world = exports
+                    .iter()
+                    .find(|e| e.starts_with("wasi:http/incoming-handler"))
+                    .map_or("wasi:http/proxy", |e| e.as_str());
+                write!(f, "component ({world})")
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Servlet {
@@ -69,7 +107,20 @@ impl Servlet {
 
     /// Instances ready to serve right now.
     pub fn ready_instances(&self) -> usize {
-        self.pool.ready()
+        match &self.pool {
+            Pool::Native(p) => p.ready(),
+            Pool::Component(p) => p.ready(),
+        }
+    }
+
+    /// What kind of guest this is.
+    pub fn kind(&self) -> ServletKind {
+        match &self.pool {
+            Pool::Native(_) => ServletKind::Native,
+            Pool::Component(p) => ServletKind::Component {
+                exports: p.guest().exports.clone(),
+            },
+        }
     }
 
     /// Runs one request.
@@ -79,10 +130,47 @@ impl Servlet {
         ctx: CallContext<'_>,
     ) -> Result<Response<Body>, RequestError>
     where
-        B: HttpBody<Data = bytes::Bytes> + Send + Unpin,
+        B: HttpBody<Data = bytes::Bytes> + Send + Unpin + 'static,
+        B::Error: std::fmt::Display,
     {
         let policy = ctx.body.at_most(self.info.limits.max_body_bytes);
-        let input = native::read_request(req, policy).await?;
-        self.pool.call(input, &ctx).await
+        match &self.pool {
+            Pool::Native(pool) => {
+                let input = native::read_request(req, policy).await?;
+                pool.call(input, &ctx).await
+            }
+            Pool::Component(pool) => {
+                let declared = req
+                    .headers()
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok());
+                if declared.is_some_and(|n| n > policy.max_bytes) {
+                    return Err(RequestError::PayloadTooLarge);
+                }
+                let (mut parts, body) = req.into_parts();
+                // The guest sees the normalised path, and always an
+                // authority (a Host-less HTTP/1.0 request gets the
+                // server's name).
+                let mut target = crate::request::path::encode(ctx.path);
+                if let Some(q) = parts.uri.query() {
+                    target.push('?');
+                    target.push_str(q);
+                }
+                parts.uri = http::Uri::try_from(target)
+                    .map_err(|_| RequestError::BadRequest("unusable path"))?;
+                if !parts.headers.contains_key(http::header::HOST) {
+                    parts.headers.insert(
+                        http::header::HOST,
+                        http::HeaderValue::from_static("localhost"),
+                    );
+                }
+                let verdict = Arc::new(component::BodyVerdict::default());
+                let body = component::LimitedBody::new(body, policy, verdict.clone());
+                let input =
+                    component::ComponentInput::new(http::Request::from_parts(parts, body), verdict);
+                pool.call(input, &ctx).await
+            }
+        }
     }
 }

@@ -41,7 +41,7 @@ pub(crate) struct Planned {
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum PlannedTarget {
-    Servlet(ServletInfo),
+    Servlet(Box<ServletInfo>),
     BuildFailed(Arc<BuildError>),
 }
 
@@ -110,12 +110,12 @@ fn wasm_files(dir: &Path) -> Vec<(String, PathBuf)> {
 pub(crate) fn plan(site: &SiteConfig, listing: &Listing, development: bool) -> Vec<Planned> {
     let mut planned = Vec::new();
     let servlet = |name: &str, file: &Path, limits, settings| {
-        PlannedTarget::Servlet(ServletInfo {
+        PlannedTarget::Servlet(Box::new(ServletInfo {
             name: name.to_owned(),
             file: file.to_path_buf(),
             limits,
             settings,
-        })
+        }))
     };
     for route in &site.routes {
         let name = route

@@ -6,14 +6,18 @@
 //!   runtime right after each request, so neither the request nor another
 //!   thread (a wake-up and a context switch per request) pays for it;
 //! - a semaphore for `max_concurrency`, waited on for `queue_timeout`;
-//! - an instance that served `reuse` requests, or failed one, is dropped.
+//! - an instance is lent for one request ([`Lease`]) together with the
+//!   request's permit; the guest gives it back when the request is really
+//!   over (for a streamed response, when its body ends), and it goes back
+//!   to the queue only if it may serve again (`reuse`). An instance that
+//!   failed is dropped, never reused.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_queue::ArrayQueue;
 use http::Response;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::guest::{Guest, GuestError};
 use super::info::{CallContext, ServletInfo};
@@ -27,7 +31,7 @@ pub(crate) struct InstancePool<G: Guest> {
     /// Instances ready to serve (fresh, or kept for reuse).
     ready: ArrayQueue<Pooled<G::Instance>>,
     /// Requests running at once.
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
     /// Refills running right now.
     refilling: AtomicUsize,
 }
@@ -41,18 +45,25 @@ struct Pooled<I> {
 impl<G: Guest> InstancePool<G> {
     pub(crate) fn new(guest: G, info: Arc<ServletInfo>) -> Arc<Self> {
         let limits = &info.limits;
+        // Room for the prewarmed instances and, with reuse, for every
+        // instance that comes back from a request.
         let kept_for_reuse = if limits.reuse > 1 {
             limits.max_concurrency as usize
         } else {
-            1
+            0
         };
         Arc::new(InstancePool {
             guest,
-            ready: ArrayQueue::new((limits.prewarm as usize).max(kept_for_reuse).max(1)),
-            permits: Semaphore::new(limits.max_concurrency as usize),
+            ready: ArrayQueue::new((limits.prewarm as usize + kept_for_reuse).max(1)),
+            permits: Arc::new(Semaphore::new(limits.max_concurrency as usize)),
             refilling: AtomicUsize::new(0),
             info,
         })
+    }
+
+    /// The guest this pool makes instances of.
+    pub(crate) fn guest(&self) -> &G {
+        &self.guest
     }
 
     /// Instances ready right now.
@@ -94,7 +105,8 @@ impl<G: Guest> InstancePool<G> {
         ctx: &CallContext<'_>,
     ) -> Result<Response<Body>, RequestError> {
         let limits = &self.info.limits;
-        let _permit = match tokio::time::timeout(limits.queue_timeout, self.permits.acquire()).await
+        let permits = self.permits.clone();
+        let permit = match tokio::time::timeout(limits.queue_timeout, permits.acquire_owned()).await
         {
             Ok(Ok(p)) => p,
             _ => {
@@ -102,7 +114,7 @@ impl<G: Guest> InstancePool<G> {
                 return Err(RequestError::ServletBusy);
             }
         };
-        let mut pooled = match self.ready.pop() {
+        let pooled = match self.ready.pop() {
             Some(p) => p,
             None => match self.guest.instantiate().await {
                 Ok(instance) => Pooled {
@@ -119,13 +131,16 @@ impl<G: Guest> InstancePool<G> {
                 }
             },
         };
-        self.schedule_refill();
-        let response = self.guest.handle(&mut pooled.instance, input, ctx).await?;
-        pooled.served += 1;
-        if pooled.served < limits.reuse {
-            let _ = self.ready.push(pooled);
+        // An instance that will come back (reuse) needs no replacement.
+        if pooled.served + 1 >= limits.reuse {
+            self.schedule_refill();
         }
-        Ok(response)
+        let lease = Lease {
+            pool: self.clone(),
+            pooled: Some(pooled),
+            _permit: permit,
+        };
+        self.guest.handle(lease, input, ctx).await
     }
 
     /// Tops the ready queue up after an instance was taken: on this
@@ -148,5 +163,32 @@ impl<G: Guest> InstancePool<G> {
             pool.add_one().await;
             pool.refilling.fetch_sub(1, Ordering::Relaxed);
         });
+    }
+}
+
+/// One instance lent for one request, with the request's concurrency
+/// permit. [`Lease::finish`] after a success gives the instance back (if it
+/// may serve again); dropping the lease otherwise discards the instance.
+pub(crate) struct Lease<G: Guest> {
+    pool: Arc<InstancePool<G>>,
+    pooled: Option<Pooled<G::Instance>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl<G: Guest> Lease<G> {
+    /// The instance.
+    pub(crate) fn instance(&mut self) -> Option<&mut G::Instance> {
+        self.pooled.as_mut().map(|p| &mut p.instance)
+    }
+
+    /// The request succeeded: the instance goes back to the ready queue if
+    /// it may serve another request.
+    pub(crate) fn finish(mut self) {
+        if let Some(mut pooled) = self.pooled.take() {
+            pooled.served += 1;
+            if pooled.served < self.pool.info.limits.reuse {
+                let _ = self.pool.ready.push(pooled);
+            }
+        }
     }
 }

@@ -47,7 +47,9 @@ pub async fn respond<B>(
     };
     match resource {
         Resource::Memory(file) => from_memory(file, req, head),
-        Resource::Disk(file) => from_disk(file, req, head).await,
+        // Boxed: opening and reading a file is slow anyway, and the memory
+        // path should not carry (and move) its state.
+        Resource::Disk(file) => Box::pin(from_disk(file, req, head)).await,
     }
 }
 

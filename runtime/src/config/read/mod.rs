@@ -61,6 +61,12 @@ pub(crate) const SERVLET_KEYS: &[&str] = &[
     "queue_timeout",
     "reuse",
     "prewarm",
+    "allowed_outbound_hosts",
+    "outbound_private",
+    "outbound_connect_timeout",
+    "outbound_first_byte_timeout",
+    "outbound_timeout",
+    "max_outbound_concurrency",
 ];
 /// Keys of `[[site.route]]` besides the servlet limits.
 pub(crate) const ROUTE_KEYS: &[&str] = &["path", "servlet", "settings"];

@@ -6,7 +6,8 @@ use std::path::Path;
 use super::{CACHE_KEYS, ROUTE_KEYS, SERVLET_KEYS};
 use crate::config::reader::{Diagnostics, TableReader};
 use crate::config::types::{
-    CacheConfig, MAX_SERVLET_MEMORY, RouteConfig, RoutePath, ServletLimits, SiteConfig,
+    CacheConfig, MAX_SERVLET_MEMORY, OutboundRule, RouteConfig, RoutePath, ServletLimits,
+    SiteConfig,
 };
 use crate::config::validate::{Origin, RoutePositions, SitePositions};
 
@@ -53,10 +54,54 @@ fn servlet_limits(
     if let Some(n) = t.size(diag, "max_body_bytes") {
         l.max_body_bytes = *n.get_ref();
     }
+    if let Some(values) = t.strings(diag, "allowed_outbound_hosts") {
+        let mut rules = Vec::new();
+        for (n, v) in values.iter().enumerate() {
+            match OutboundRule::parse(v.get_ref()) {
+                Ok(rule) => rules.push(rule),
+                Err(message) => diag.error(
+                    v.span(),
+                    &format!("{}[{n}]", t.key_path("allowed_outbound_hosts")),
+                    message,
+                    Some("write scheme://host[:port], such as \"https://api.example.com\", \"https://*.example.com\" or \"http://127.0.0.1:8080\"".to_owned()),
+                ),
+            }
+        }
+        l.outbound.allowed_hosts = rules;
+    }
+    if let Some(b) = t.bool(diag, "outbound_private") {
+        l.outbound.allow_private = b;
+    }
+    for (key, slot) in [
+        ("outbound_connect_timeout", &mut l.outbound.connect_timeout),
+        (
+            "outbound_first_byte_timeout",
+            &mut l.outbound.first_byte_timeout,
+        ),
+        ("outbound_timeout", &mut l.outbound.timeout),
+    ] {
+        if let Some(d) = t.duration(diag, key) {
+            if d.get_ref().is_zero() {
+                diag.error(
+                    d.span(),
+                    &t.key_path(key),
+                    "a zero timeout would fail every outbound request",
+                    Some("use a positive duration such as \"5s\"".to_owned()),
+                );
+            } else {
+                *slot = *d.get_ref();
+            }
+        }
+    }
     for (key, slot, min) in [
         ("max_concurrency", &mut l.max_concurrency, 1),
         ("reuse", &mut l.reuse, 1),
         ("prewarm", &mut l.prewarm, 0),
+        (
+            "max_outbound_concurrency",
+            &mut l.outbound.max_concurrency,
+            1,
+        ),
     ] {
         if let Some(n) = t.uint(diag, key, 1_000_000) {
             if *n.get_ref() < min {

@@ -36,6 +36,8 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "response_header",
     "response_write",
     "log",
+    "http_send",
+    "http_response_get",
 ];
 
 /// Return value: the part, header or setting does not exist.
@@ -79,6 +81,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     linker.func_wrap("swan", "response_header", response_header)?;
     linker.func_wrap("swan", "response_write", response_write)?;
     linker.func_wrap("swan", "log", log)?;
+    super::fetch::add_to_linker(linker)?;
     Ok(())
 }
 
@@ -98,7 +101,7 @@ fn range(ptr: i32, len: i32, mem_len: usize) -> Result<std::ops::Range<usize>, A
     Ok(start..end)
 }
 
-fn memory(caller: &mut Caller<'_, Host>) -> Result<wasmtime::Memory, AbiFault> {
+pub(super) fn memory(caller: &mut Caller<'_, Host>) -> Result<wasmtime::Memory, AbiFault> {
     if let Some(m) = caller.data().memory {
         return Ok(m);
     }
@@ -112,7 +115,12 @@ fn memory(caller: &mut Caller<'_, Host>) -> Result<wasmtime::Memory, AbiFault> {
 
 /// Copies as much of `src` as fits into guest `buf_ptr..+buf_len`; returns
 /// the full length of `src` so the guest can retry with a larger buffer.
-fn copy_out(mem: &mut [u8], src: &[u8], buf_ptr: i32, buf_len: i32) -> Result<i32, AbiFault> {
+pub(super) fn copy_out(
+    mem: &mut [u8],
+    src: &[u8],
+    buf_ptr: i32,
+    buf_len: i32,
+) -> Result<i32, AbiFault> {
     let dst = range(buf_ptr, buf_len, mem.len())?;
     let n = src.len().min(dst.len());
     mem[dst.start..dst.start + n].copy_from_slice(&src[..n]);
@@ -120,7 +128,7 @@ fn copy_out(mem: &mut [u8], src: &[u8], buf_ptr: i32, buf_len: i32) -> Result<i3
 }
 
 /// Reads a guest string (lossy: names are ASCII by contract).
-fn read_bytes(mem: &[u8], ptr: i32, len: i32) -> Result<&[u8], AbiFault> {
+pub(super) fn read_bytes(mem: &[u8], ptr: i32, len: i32) -> Result<&[u8], AbiFault> {
     Ok(&mem[range(ptr, len, mem.len())?])
 }
 

@@ -99,15 +99,12 @@ pub(crate) fn load(
     engine: &Arc<Engine>,
     linkers: &Linkers,
     info: Arc<ServletInfo>,
+    bytes: &[u8],
     tier: Tier,
 ) -> Result<(NativeGuest, Tier), LoadError> {
     let file = info.file.clone();
     let (wasmtime_engine, tier) = engine.wasmtime(tier);
-    let bytes = std::fs::read(&file).map_err(|source| LoadError::Read {
-        file: file.clone(),
-        source,
-    })?;
-    let module = Module::from_binary(wasmtime_engine, &bytes).map_err(|e| LoadError::Invalid {
+    let module = Module::from_binary(wasmtime_engine, bytes).map_err(|e| LoadError::Invalid {
         file: file.clone(),
         reason: format!("{e:#}"),
     })?;
@@ -122,6 +119,7 @@ pub(crate) fn load(
         })?;
     let guest = NativeGuest {
         pre,
+        outbound: Arc::new(crate::servlet::outbound::Outbound::new(&info.limits)),
         info,
         engine: engine.clone(),
     };

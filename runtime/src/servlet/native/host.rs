@@ -11,7 +11,10 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 
 use crate::engine::InstanceTicket;
 use crate::servlet::info::ServletInfo;
+use crate::servlet::outbound::Outbound;
 use crate::servlet::output::GuestOutput;
+
+use super::fetch::Fetched;
 
 /// The request as a servlet sees it.
 #[derive(Debug, Default)]
@@ -54,6 +57,10 @@ pub(crate) struct Host {
     pub(crate) memory: Option<Memory>,
     pub(crate) request: RequestData,
     pub(crate) response: ResponseData,
+    /// What this servlet may reach over HTTP.
+    pub(crate) outbound: Arc<Outbound>,
+    /// The last response `http_send` fetched in this request.
+    pub(crate) fetched: Fetched,
     /// Epoch ticks the current request may still run.
     pub(crate) ticks_left: u64,
     stdout: GuestOutput,
@@ -63,7 +70,11 @@ pub(crate) struct Host {
 }
 
 impl Host {
-    pub(crate) fn new(info: Arc<ServletInfo>, ticket: InstanceTicket) -> Host {
+    pub(crate) fn new(
+        info: Arc<ServletInfo>,
+        outbound: Arc<Outbound>,
+        ticket: InstanceTicket,
+    ) -> Host {
         let stdout = GuestOutput::default();
         let stderr = GuestOutput::default();
         let mut wasi = WasiCtxBuilder::new();
@@ -84,6 +95,8 @@ impl Host {
             memory: None,
             request: RequestData::default(),
             response: ResponseData::default(),
+            outbound,
+            fetched: Fetched::default(),
             ticks_left: 0,
             stdout,
             stderr,

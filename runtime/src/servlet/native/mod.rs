@@ -7,6 +7,7 @@
 
 mod abi;
 mod check;
+mod fetch;
 mod host;
 
 use std::sync::Arc;
@@ -24,6 +25,8 @@ pub(crate) use check::load;
 
 use super::guest::{Guest, GuestError};
 use super::info::{CallContext, ServletInfo};
+use super::outbound::Outbound;
+use super::pool::Lease;
 use crate::body::Body;
 use crate::engine::{EPOCH_TICK, Engine, Tier};
 use crate::request::{BodyPolicy, RequestError, body};
@@ -74,6 +77,7 @@ pub(crate) struct NativeGuest {
     pre: InstancePre<Host>,
     info: Arc<ServletInfo>,
     engine: Arc<Engine>,
+    outbound: Arc<Outbound>,
 }
 
 /// A live instance of a native module.
@@ -130,7 +134,7 @@ impl Guest for NativeGuest {
         let ticket = self.engine.instance_ticket().ok_or(GuestError::PoolFull)?;
         let mut store = Store::new(
             self.pre.module().engine(),
-            Host::new(self.info.clone(), ticket),
+            Host::new(self.info.clone(), self.outbound.clone(), ticket),
         );
         store.limiter(|h| &mut h.limits);
         store.epoch_deadline_callback(|mut ctx| {
@@ -166,6 +170,22 @@ impl Guest for NativeGuest {
     }
 
     async fn handle(
+        &self,
+        mut lease: Lease<Self>,
+        input: NativeInput,
+        ctx: &CallContext<'_>,
+    ) -> Result<Response<Body>, RequestError> {
+        let Some(ready) = lease.instance() else {
+            return Err(RequestError::ServletFault);
+        };
+        let response = self.run(ready, input, ctx).await?;
+        lease.finish();
+        Ok(response)
+    }
+}
+
+impl NativeGuest {
+    async fn run(
         &self,
         ready: &mut NativeInstance,
         input: NativeInput,
@@ -235,6 +255,7 @@ impl Guest for NativeGuest {
         let host = ready.store.data_mut();
         let response = std::mem::take(&mut host.response);
         host.request = RequestData::default();
+        host.fetched = fetch::Fetched::default();
         Ok(build_response(response))
     }
 }

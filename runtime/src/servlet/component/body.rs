@@ -1,0 +1,189 @@
+//! Bodies between hyper and a component, both streamed:
+//! - [`LimitedBody`]: the request body as the guest reads it, under the
+//!   server's size and rate rules (`request::BodyPolicy`); what broke the
+//!   rules is remembered, so the answer can be 413 or 408;
+//! - [`GuestBody`]: the response body as the guest writes it, with
+//!   backpressure (the guest's writes wait while the client is slow). A
+//!   guest that fails mid-stream makes the body fail, so hyper aborts the
+//!   response (HTTP/1.1: the connection closes without the last chunk;
+//!   HTTP/2: the stream is reset) instead of ending a truncated 200 cleanly.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use tokio::sync::oneshot;
+use tokio::time::{Instant, Sleep};
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+
+use crate::request::BodyPolicy;
+
+/// What became of a request body.
+#[derive(Debug, Default)]
+pub(crate) struct BodyVerdict(AtomicU8);
+
+impl BodyVerdict {
+    const TOO_LARGE: u8 = 1;
+    const TOO_SLOW: u8 = 2;
+
+    /// Whether the body went over the size limit.
+    pub(crate) fn too_large(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == Self::TOO_LARGE
+    }
+
+    /// Whether the body fell behind the minimum rate.
+    pub(crate) fn too_slow(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == Self::TOO_SLOW
+    }
+}
+
+/// A request body read under a [`BodyPolicy`].
+pub(crate) struct LimitedBody<B> {
+    inner: B,
+    policy: BodyPolicy,
+    started: Instant,
+    received: u64,
+    timer: Option<Pin<Box<Sleep>>>,
+    verdict: Arc<BodyVerdict>,
+}
+
+impl<B> LimitedBody<B> {
+    pub(crate) fn new(inner: B, policy: BodyPolicy, verdict: Arc<BodyVerdict>) -> LimitedBody<B> {
+        LimitedBody {
+            inner,
+            policy,
+            started: Instant::now(),
+            received: 0,
+            timer: None,
+            verdict,
+        }
+    }
+}
+
+impl<B> HttpBody for LimitedBody<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    type Data = Bytes;
+    type Error = wasmtime_wasi_http::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        use wasmtime_wasi_http::Error as E;
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.received += data.len() as u64;
+                    if this.received > this.policy.max_bytes {
+                        this.verdict
+                            .0
+                            .store(BodyVerdict::TOO_LARGE, Ordering::Relaxed);
+                        return Poll::Ready(Some(Err(E::HttpRequestBodySize(Some(this.received)))));
+                    }
+                }
+                this.timer = None;
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                Poll::Ready(Some(Err(E::InternalError(Some(e.to_string())))))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                let deadline = this.policy.deadline(this.started, this.received);
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                if timer.deadline() != deadline {
+                    timer.as_mut().reset(deadline);
+                }
+                ready!(timer.as_mut().poll(cx));
+                this.verdict
+                    .0
+                    .store(BodyVerdict::TOO_SLOW, Ordering::Relaxed);
+                Poll::Ready(Some(Err(E::ConnectionReadTimeout)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// How the guest's request ended, sent before its store is dropped.
+pub(crate) type Outcome = Result<(), String>;
+
+/// A component's response body.
+pub(crate) struct GuestBody {
+    inner: HyperOutgoingBody,
+    outcome: oneshot::Receiver<Outcome>,
+    /// The task running the guest: stopped when the client goes away.
+    task: tokio::task::AbortHandle,
+}
+
+impl GuestBody {
+    pub(crate) fn new(
+        inner: HyperOutgoingBody,
+        outcome: oneshot::Receiver<Outcome>,
+        task: tokio::task::AbortHandle,
+    ) -> GuestBody {
+        GuestBody {
+            inner,
+            outcome,
+            task,
+        }
+    }
+}
+
+impl Drop for GuestBody {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl HttpBody for GuestBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        use tokio::sync::oneshot::error::TryRecvError;
+        let this = self.get_mut();
+        match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
+            Some(Err(e)) => Poll::Ready(Some(Err(io::Error::other(e.to_string())))),
+            // The body can end early only because the store was dropped,
+            // and the task sends its outcome before dropping it: an end
+            // with a failed (or vanished) outcome is an abort.
+            None => match this.outcome.try_recv() {
+                Ok(Ok(())) | Err(TryRecvError::Empty) => Poll::Ready(None),
+                Ok(Err(e)) => Poll::Ready(Some(Err(io::Error::other(e)))),
+                Err(TryRecvError::Closed) => {
+                    Poll::Ready(Some(Err(io::Error::other("the guest task ended"))))
+                }
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,117 @@
+//! The per-instance state of a component: WASI (p2), wasi:http, wasi:config,
+//! store limits, the deadline counter, captured output, and the hooks that
+//! decide what outbound HTTP may do.
+
+use std::sync::Arc;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_config::{WasiConfig, WasiConfigVariables};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use crate::engine::InstanceTicket;
+use crate::servlet::info::ServletInfo;
+use crate::servlet::outbound::{Outbound, OutboundHooks};
+use crate::servlet::output::GuestOutput;
+
+/// Core instances one component may hold (a component is several core
+/// modules linked together: the program, the WASI adapter, shims).
+pub(crate) const MAX_CORE_INSTANCES: usize = 64;
+/// Linear memories one component may hold.
+pub(crate) const MAX_MEMORIES: usize = 8;
+/// Tables one component may hold.
+pub(crate) const MAX_TABLES: usize = 16;
+/// Resources (streams, requests, fields...) one component may hold at once.
+const MAX_RESOURCES: usize = 10_000;
+
+/// Everything a component's store carries.
+pub(crate) struct ComponentHost {
+    pub(crate) table: ResourceTable,
+    pub(crate) wasi: WasiCtx,
+    pub(crate) http: WasiHttpCtx,
+    pub(crate) hooks: OutboundHooks,
+    pub(crate) config: Arc<WasiConfigVariables>,
+    pub(crate) limits: StoreLimits,
+    pub(crate) info: Arc<ServletInfo>,
+    /// Epoch ticks the current request may still run.
+    pub(crate) ticks_left: u64,
+    pub(crate) stdout: GuestOutput,
+    pub(crate) stderr: GuestOutput,
+    /// The request id, for the output's log lines.
+    pub(crate) request_id: String,
+    _ticket: InstanceTicket,
+}
+
+impl ComponentHost {
+    pub(crate) fn new(
+        info: Arc<ServletInfo>,
+        config: Arc<WasiConfigVariables>,
+        outbound: Arc<Outbound>,
+        ticket: InstanceTicket,
+    ) -> ComponentHost {
+        let stdout = GuestOutput::default();
+        let stderr = GuestOutput::default();
+        // No preopened folders, no sockets (deny-all by default), only the
+        // servlet's settings as environment.
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .envs(&info.settings)
+            .build();
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(info.limits.max_memory as usize)
+            .instances(MAX_CORE_INSTANCES)
+            .memories(MAX_MEMORIES)
+            .tables(MAX_TABLES)
+            .trap_on_grow_failure(true)
+            .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCES);
+        ComponentHost {
+            table,
+            wasi,
+            http: WasiHttpCtx::new(),
+            hooks: OutboundHooks::new(outbound),
+            config,
+            limits,
+            info,
+            ticks_left: 0,
+            stdout,
+            stderr,
+            request_id: String::new(),
+            _ticket: ticket,
+        }
+    }
+
+    /// Logs what the guest printed during this request.
+    pub(crate) fn flush_output(&mut self) {
+        let (name, id) = (&self.info.name, &self.request_id);
+        self.stdout.log(name, id, "stdout");
+        self.stderr.log(name, id, "stderr");
+    }
+
+    /// wasi:config/store view.
+    pub(crate) fn config(&mut self) -> WasiConfig<'_> {
+        WasiConfig::from(&*self.config)
+    }
+}
+
+impl WasiView for ComponentHost {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for ComponentHost {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! Guests that are standard `wasi:http/proxy` 0.2 components (any
+//! toolchain: Rust `wasi`/`wstd`, componentize-py, componentize-js, Go and
+//! C through wit-bindgen), run with wasmtime's own wasi:http host.
+//!
+//! - imports: full WASI p2 (toolchains import `wasi:cli` and friends beyond
+//!   the proxy world; no folders and no sockets are given), `wasi:http`
+//!   0.2.x (`outgoing-handler` goes through the route's outbound rules),
+//!   and `wasi:config/store@0.2.0-rc.1` (the route's settings). Anything
+//!   else is refused at load, naming the import;
+//! - exports: `wasi:http/incoming-handler@0.2.x`;
+//! - bodies stream both ways (`body`); a guest that fails mid-stream
+//!   aborts its response.
+
+mod body;
+mod host;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use http::{Request, Response};
+use http_body::Body as HttpBody;
+use tokio::sync::oneshot;
+use wasmtime::component::{Component, Linker, types::ComponentItem};
+use wasmtime::{Store, UpdateDeadline};
+use wasmtime_wasi_config::WasiConfigVariables;
+use wasmtime_wasi_http::WasiHttpView;
+use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
+use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
+
+pub(crate) use body::{BodyVerdict, LimitedBody};
+
+use super::LoadError;
+use super::guest::{Guest, GuestError};
+use super::info::{CallContext, ServletInfo};
+use super::outbound::Outbound;
+use super::pool::Lease;
+use crate::body::Body;
+use crate::engine::{EPOCH_TICK, Engine, Tier};
+use crate::request::RequestError;
+use body::{GuestBody, Outcome};
+use host::ComponentHost;
+
+/// The export every wasi:http 0.2 component has.
+pub(crate) const INCOMING_HANDLER: &str = "wasi:http/incoming-handler@0.2.12";
+/// Extra time, past its own deadline, that a guest blocked in a host call
+/// (which epochs cannot interrupt) gets before its request is abandoned.
+const HOST_CALL_GRACE: Duration = Duration::from_millis(500);
+
+/// Whether `bytes` is a component (rather than a core module).
+pub(crate) fn is_component(bytes: &[u8]) -> bool {
+    // A component's preamble: magic, then version 0x0d and layer 1.
+    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [0x0d, 0x00, 0x01, 0x00]
+}
+
+/// What components may import, per compiler tier.
+pub(crate) struct Linkers {
+    optimized: Linker<ComponentHost>,
+    baseline: Option<Linker<ComponentHost>>,
+}
+
+impl Linkers {
+    pub(crate) fn new(engine: &Engine) -> wasmtime::Result<Linkers> {
+        let mut optimized = None;
+        let mut baseline = None;
+        for (wasmtime_engine, tier) in engine.all_wasmtime() {
+            let mut linker = Linker::new(wasmtime_engine);
+            wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+            wasmtime_wasi_config::add_to_linker(&mut linker, ComponentHost::config)?;
+            match tier {
+                Tier::Optimized => optimized = Some(linker),
+                Tier::Baseline => baseline = Some(linker),
+            }
+        }
+        let optimized = optimized.ok_or_else(|| wasmtime::format_err!("no optimising engine"))?;
+        Ok(Linkers {
+            optimized,
+            baseline,
+        })
+    }
+
+    fn get(&self, tier: Tier) -> &Linker<ComponentHost> {
+        match (tier, &self.baseline) {
+            (Tier::Baseline, Some(l)) => l,
+            _ => &self.optimized,
+        }
+    }
+}
+
+/// A checked, linked component.
+#[derive(Clone)]
+pub(crate) struct ComponentGuest {
+    pre: ProxyPre<ComponentHost>,
+    info: Arc<ServletInfo>,
+    engine: Arc<Engine>,
+    config: Arc<WasiConfigVariables>,
+    outbound: Arc<Outbound>,
+    /// The exports, for `swan check` and logs.
+    pub(crate) exports: Vec<String>,
+}
+
+/// A live component instance.
+pub(crate) struct ComponentInstance {
+    store: Store<ComponentHost>,
+    proxy: Proxy,
+}
+
+/// A request as a component takes it: streamed, body under the server's
+/// rules.
+pub(crate) struct ComponentInput {
+    req: Request<wasmtime_wasi_http::p2::body::HyperIncomingBody>,
+    verdict: Arc<BodyVerdict>,
+}
+
+impl ComponentInput {
+    pub(crate) fn new<B>(req: Request<LimitedBody<B>>, verdict: Arc<BodyVerdict>) -> ComponentInput
+    where
+        B: HttpBody<Data = bytes::Bytes> + Send + Unpin + 'static,
+        B::Error: std::fmt::Display,
+    {
+        use http_body_util::BodyExt;
+        ComponentInput {
+            req: req.map(|b| b.boxed_unsync()),
+            verdict,
+        }
+    }
+}
+
+/// Marker error returned by the epoch callback at the deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("servlet ran past its deadline")]
+struct DeadlineExceeded;
+
+/// Compiles `bytes` (a component) and checks it: every import is one swan
+/// provides, and it exports the wasi:http incoming handler. Then one
+/// trial instance, under the deadline.
+pub(crate) fn load(
+    engine: &Arc<Engine>,
+    linkers: &Linkers,
+    info: Arc<ServletInfo>,
+    bytes: &[u8],
+    tier: Tier,
+) -> Result<(ComponentGuest, Tier), LoadError> {
+    let file = info.file.clone();
+    let (wasmtime_engine, tier) = engine.wasmtime(tier);
+    let component =
+        Component::from_binary(wasmtime_engine, bytes).map_err(|e| LoadError::Invalid {
+            file: file.clone(),
+            reason: format!("{e:#}"),
+        })?;
+    let ty = component.component_type();
+    let exports: Vec<String> = ty
+        .exports(wasmtime_engine)
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    let pre = linkers.get(tier).instantiate_pre(&component).map_err(|e| {
+        let imports: Vec<String> = ty
+            .imports(wasmtime_engine)
+            .filter(|(_, item)| matches!(item.ty, ComponentItem::ComponentInstance(_)))
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        LoadError::Import {
+            file: file.clone(),
+            module: format!("{e:#}"),
+            name: imports.join(", "),
+        }
+    })?;
+    let pre = ProxyPre::new(pre).map_err(|_| LoadError::Export {
+        file: file.clone(),
+        problem: format!(
+            "does not export `{INCOMING_HANDLER}` (exports: {}): not a wasi:http/proxy 0.2 component",
+            if exports.is_empty() {
+                "none".to_owned()
+            } else {
+                exports.join(", ")
+            }
+        ),
+    })?;
+    let guest = ComponentGuest {
+        pre,
+        config: Arc::new(
+            info.settings
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect(),
+        ),
+        outbound: Arc::new(Outbound::new(&info.limits)),
+        info,
+        engine: engine.clone(),
+        exports,
+    };
+    let trial = {
+        let guest = guest.clone();
+        engine.run_blocking(async move { guest.instantiate().await.map(|_| ()) })
+    };
+    match trial {
+        Some(Ok(())) => Ok((guest, tier)),
+        Some(Err(e)) => Err(LoadError::Instantiate {
+            file,
+            reason: e.to_string(),
+        }),
+        None => Err(LoadError::Instantiate {
+            file,
+            reason: "the engine stopped".to_owned(),
+        }),
+    }
+}
+
+/// Epoch ticks in `timeout`, at least one.
+fn deadline_ticks(timeout: Duration) -> u64 {
+    (timeout.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64
+}
+
+impl Guest for ComponentGuest {
+    type Instance = ComponentInstance;
+    type Input = ComponentInput;
+
+    async fn instantiate(&self) -> Result<ComponentInstance, GuestError> {
+        let ticket = self.engine.instance_ticket().ok_or(GuestError::PoolFull)?;
+        let host = ComponentHost::new(
+            self.info.clone(),
+            self.config.clone(),
+            self.outbound.clone(),
+            ticket,
+        );
+        let mut store = Store::new(self.pre.engine(), host);
+        store.limiter(|h| &mut h.limits);
+        store.epoch_deadline_callback(|mut ctx| {
+            let host = ctx.data_mut();
+            if host.ticks_left == 0 {
+                return Err(DeadlineExceeded.into());
+            }
+            host.ticks_left -= 1;
+            Ok(UpdateDeadline::Yield(1))
+        });
+        // Time blocked in a host call (waiting for the client to read, for
+        // an upstream, for a timer) is not run time: coming back from the
+        // host starts a fresh tick, so only ticks spent running count.
+        store.call_hook(|mut ctx, hook| {
+            if matches!(hook, wasmtime::CallHook::ReturningFromHost) {
+                ctx.set_epoch_deadline(1);
+            }
+            Ok(())
+        });
+        store.data_mut().ticks_left = deadline_ticks(self.info.limits.timeout);
+        store.set_epoch_deadline(1);
+        let proxy = match self.pre.instantiate_async(&mut store).await {
+            Ok(p) => p,
+            Err(e) if e.is::<wasmtime::PoolConcurrencyLimitError>() => {
+                return Err(GuestError::PoolFull);
+            }
+            Err(e) => return Err(GuestError::Failed(e)),
+        };
+        Ok(ComponentInstance { store, proxy })
+    }
+
+    async fn handle(
+        &self,
+        mut lease: Lease<Self>,
+        input: ComponentInput,
+        ctx: &CallContext<'_>,
+    ) -> Result<Response<Body>, RequestError> {
+        let id = ctx.id.to_string();
+        let Some(instance) = lease.instance() else {
+            return Err(RequestError::ServletFault);
+        };
+        let (resp_tx, resp_rx) = oneshot::channel();
+        let (req, out) = {
+            let host = instance.store.data_mut();
+            host.request_id.clone_from(&id);
+            host.ticks_left = deadline_ticks(self.info.limits.timeout);
+            let mut http = host.http();
+            let req = http
+                .new_incoming_request(Scheme::Http, input.req)
+                .map_err(|_| RequestError::BadRequest("no authority"))?;
+            let out = http
+                .new_response_outparam(resp_tx)
+                .map_err(|_| RequestError::Internal)?;
+            (req, out)
+        };
+        instance.store.set_epoch_deadline(1);
+        // The guest runs in a task of its own: its response body streams
+        // after `handle` returns, while the task keeps the instance.
+        let (outcome_tx, outcome_rx) = oneshot::channel::<Outcome>();
+        let head_sent = Arc::new(AtomicBool::new(false));
+        let task_head_sent = head_sent.clone();
+        let guest = self.clone();
+        let task_id = id.clone();
+        let task = tokio::spawn(async move {
+            let head_sent = task_head_sent;
+            let Some(ComponentInstance { store, proxy }) = lease.instance() else {
+                let _ = outcome_tx.send(Err("no instance".to_owned()));
+                return;
+            };
+            let result = {
+                let call = proxy
+                    .wasi_http_incoming_handler()
+                    .call_handle(&mut *store, req, out);
+                // Until the response head is out, the request has a wall-clock
+                // deadline too (a guest blocked in a host call does not count
+                // epoch ticks). Once it streams, the guest's own run time is
+                // still capped by its ticks, and a stalled body by the
+                // connection's send_timeout.
+                let outer = tokio::time::sleep(guest.info.limits.timeout + HOST_CALL_GRACE);
+                tokio::pin!(call, outer);
+                let finished = tokio::select! {
+                    r = &mut call => Some(r),
+                    () = &mut outer => None,
+                };
+                let finished = match finished {
+                    Some(r) => Some(r),
+                    None if head_sent.load(Ordering::Relaxed) => Some(call.await),
+                    None => None,
+                };
+                match finished {
+                    Some(Ok(())) => Ok(()),
+                    Some(Err(e)) => Err(guest.describe_failure(&e)),
+                    None => Err("servlet ran past its deadline".to_owned()),
+                }
+            };
+            store.data_mut().flush_output();
+            if let Err(e) = &result {
+                tracing::warn!(servlet = %guest.info.name, request_id = %task_id, error = %e, "component failed");
+            }
+            // The outcome goes out before the instance (and with it the
+            // response body's sender) is dropped or given back.
+            let ok = result.is_ok();
+            let _ = outcome_tx.send(result);
+            if ok {
+                lease.finish();
+            }
+        });
+        let abort = task.abort_handle();
+        match resp_rx.await {
+            Ok(Ok(res)) => {
+                head_sent.store(true, Ordering::Relaxed);
+                // A body over the limit (or too slow) gets 413 (408)
+                // whatever the guest made of the error it read.
+                if input.verdict.too_large() {
+                    abort.abort();
+                    return Err(RequestError::PayloadTooLarge);
+                }
+                if input.verdict.too_slow() {
+                    abort.abort();
+                    return Err(RequestError::BodyTimeout);
+                }
+                let res = res.map(|b| Body::stream(GuestBody::new(b, outcome_rx, abort)));
+                Ok(res)
+            }
+            Ok(Err(code)) => {
+                let _ = task.await;
+                Err(self.error_for(&code, &input.verdict, &id))
+            }
+            Err(_) => {
+                // No response was set: the guest trapped, timed out or
+                // returned without one.
+                let failure = match outcome_rx.await {
+                    Ok(Err(e)) => e,
+                    Ok(Ok(())) => "returned without setting a response".to_owned(),
+                    Err(_) => "the guest task ended".to_owned(),
+                };
+                if input.verdict.too_large() {
+                    return Err(RequestError::PayloadTooLarge);
+                }
+                if input.verdict.too_slow() {
+                    return Err(RequestError::BodyTimeout);
+                }
+                if failure.contains("deadline") {
+                    return Err(RequestError::ServletTimeout);
+                }
+                tracing::debug!(servlet = %self.info.name, request_id = %id, failure, "no response");
+                Err(RequestError::ServletFault)
+            }
+        }
+    }
+}
+
+impl ComponentGuest {
+    /// A failure's log text, without the guest's backtrace noise.
+    fn describe_failure(&self, e: &wasmtime::Error) -> String {
+        if e.is::<DeadlineExceeded>() {
+            return "servlet ran past its deadline".to_owned();
+        }
+        if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+            return format!("exited with code {}", exit.0);
+        }
+        match e.downcast_ref::<wasmtime::Trap>() {
+            Some(trap) => format!("trap: {trap}"),
+            None => format!("{e:#}"),
+        }
+    }
+
+    /// What a guest's own error code means for the client.
+    fn error_for(&self, code: &ErrorCode, verdict: &BodyVerdict, id: &str) -> RequestError {
+        tracing::debug!(servlet = %self.info.name, request_id = %id, ?code, "component answered with an error code");
+        match code {
+            _ if verdict.too_large() => RequestError::PayloadTooLarge,
+            _ if verdict.too_slow() => RequestError::BodyTimeout,
+            ErrorCode::HttpRequestBodySize(_) => RequestError::PayloadTooLarge,
+            ErrorCode::ConnectionReadTimeout | ErrorCode::HttpResponseTimeout => {
+                RequestError::ServletTimeout
+            }
+            _ => RequestError::ServletFault,
+        }
+    }
+}

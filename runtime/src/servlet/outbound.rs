@@ -1,0 +1,398 @@
+//! Outbound HTTP from servlets, for both guest kinds (wasi:http's
+//! `outgoing-handler` and the native ABI's `http_send`): denied unless a
+//! route allows the destination.
+//!
+//! - **Allow-list**: `allowed_outbound_hosts` entries `scheme://host[:port]`,
+//!   with `*` for any scheme, host or port and `*.example.com` for
+//!   subdomains; no port means the scheme's default.
+//! - **Addresses**: the name is resolved here and every address checked;
+//!   the connection goes to a checked address (no second lookup, so no DNS
+//!   rebinding). Loopback, private, link-local and other non-global
+//!   addresses are refused unless the rule names that address literally
+//!   (`http://127.0.0.1:8080`) or the route sets `outbound_private = true`.
+//! - **Limits**: connect, first-byte and total timeouts (a guest may ask
+//!   for shorter ones, never longer), and a cap on requests in flight.
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
+
+use crate::config::{OutboundRule, ServletLimits};
+
+/// What one servlet may reach, and how.
+#[derive(Debug)]
+pub(crate) struct Outbound {
+    rules: Vec<OutboundRule>,
+    allow_private: bool,
+    connect_timeout: Duration,
+    first_byte_timeout: Duration,
+    total_timeout: Duration,
+    in_flight: Arc<Semaphore>,
+}
+
+/// A destination checked against the rules.
+#[derive(Debug, Clone)]
+struct Destination {
+    tls: bool,
+    host: String,
+    port: u16,
+    /// The rule names this exact address.
+    literal: Option<IpAddr>,
+}
+
+impl Outbound {
+    pub(crate) fn new(limits: &ServletLimits) -> Outbound {
+        Outbound {
+            rules: limits.outbound.allowed_hosts.clone(),
+            allow_private: limits.outbound.allow_private,
+            connect_timeout: limits.outbound.connect_timeout,
+            first_byte_timeout: limits.outbound.first_byte_timeout,
+            total_timeout: limits.outbound.timeout,
+            in_flight: Arc::new(Semaphore::new(limits.outbound.max_concurrency as usize)),
+        }
+    }
+
+    fn check(&self, uri: &http::Uri) -> Result<Destination, Error> {
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return Err(Error::HttpRequestUriInvalid),
+        };
+        let host = uri
+            .host()
+            .ok_or(Error::HttpRequestUriInvalid)?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let scheme = if tls { "https" } else { "http" };
+        let rule = self
+            .rules
+            .iter()
+            .find(|r| r.matches(scheme, &host, port))
+            .ok_or(Error::HttpRequestDenied)?;
+        let literal = host
+            .parse::<IpAddr>()
+            .ok()
+            .filter(|ip| rule.host == ip.to_string());
+        Ok(Destination {
+            tls,
+            host,
+            port,
+            literal,
+        })
+    }
+
+    /// Resolves and connects to an allowed destination.
+    async fn connect(
+        &self,
+        dest: &Destination,
+        timeout: Duration,
+    ) -> Result<Box<dyn Stream>, Error> {
+        let addrs: Vec<SocketAddr> = match dest.host.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, dest.port)],
+            Err(_) => tokio::time::timeout(
+                timeout,
+                tokio::net::lookup_host((dest.host.as_str(), dest.port)),
+            )
+            .await
+            .map_err(|_| Error::DnsTimeout)?
+            .map_err(|e| Error::DnsError {
+                rcode: Some(e.to_string()),
+                info_code: None,
+            })?
+            .collect(),
+        };
+        let allowed: Vec<SocketAddr> = addrs
+            .into_iter()
+            .filter(|a| self.allow_private || dest.literal == Some(a.ip()) || is_global(a.ip()))
+            .collect();
+        if allowed.is_empty() {
+            return Err(Error::DestinationIpProhibited);
+        }
+        let tcp = tokio::time::timeout(timeout, async {
+            let mut last = None;
+            for addr in &allowed {
+                match tokio::net::TcpStream::connect(addr).await {
+                    Ok(s) => return Ok(s),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last.unwrap_or_else(|| io::Error::other("no address")))
+        })
+        .await
+        .map_err(|_| Error::ConnectionTimeout)?
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::ConnectionRefused => Error::ConnectionRefused,
+            _ => Error::Connect(e),
+        })?;
+        let _ = tcp.set_nodelay(true);
+        if !dest.tls {
+            return Ok(Box::new(tcp));
+        }
+        let name = rustls::pki_types::ServerName::try_from(dest.host.clone())
+            .map_err(|_| Error::HttpRequestUriInvalid)?;
+        let tls = tokio::time::timeout(timeout, tls_connector().connect(name, tcp))
+            .await
+            .map_err(|_| Error::ConnectionTimeout)?
+            .map_err(Error::Tls)?;
+        Ok(Box::new(tls))
+    }
+
+    /// Sends `req` (an absolute URI) if the rules allow it. The response
+    /// body ends with an error past the total timeout; the returned future
+    /// drives the connection and must be polled while the body is read.
+    pub(crate) async fn send<B>(
+        self: &Arc<Self>,
+        mut req: Request<B>,
+        options: Option<RequestOptions>,
+    ) -> Result<
+        (
+            Response<OutboundBody>,
+            impl Future<Output = Result<(), Error>> + Send + use<B>,
+        ),
+        Error,
+    >
+    where
+        B: HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let started = Instant::now();
+        let dest = self.check(req.uri())?;
+        let permit = self
+            .in_flight
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Error::ConnectionLimitReached)?;
+        let shorter = |asked: Option<Duration>, ours: Duration| asked.map_or(ours, |a| a.min(ours));
+        let connect = shorter(
+            options.and_then(|o| o.connect_timeout),
+            self.connect_timeout,
+        );
+        let first_byte = shorter(
+            options.and_then(|o| o.first_byte_timeout),
+            self.first_byte_timeout,
+        );
+        let stream = self.connect(&dest, connect).await?;
+        let (mut sender, conn) = tokio::time::timeout(
+            connect,
+            hyper::client::conn::http1::Builder::new()
+                .handshake(hyper_util::rt::TokioIo::new(stream)),
+        )
+        .await
+        .map_err(|_| Error::ConnectionTimeout)??;
+        // On the wire the target is origin-form; the Host header carries
+        // the authority (wasi:http sets it; the native ABI call does too).
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned();
+        *req.uri_mut() = http::Uri::try_from(path).map_err(|_| Error::HttpRequestUriInvalid)?;
+        let req = req.map(|b| b.map_err(|e| Error::InternalError(Some(e.into().to_string()))));
+        let mut conn = Box::pin(conn);
+        let mut send = Box::pin(tokio::time::timeout(first_byte, sender.send_request(req)));
+        // Wait for the head while driving the connection.
+        let mut conn_done = false;
+        let res = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = send.as_mut().poll(cx) {
+                return Poll::Ready(
+                    r.map_err(|_| Error::ConnectionReadTimeout)?
+                        .map_err(Error::from),
+                );
+            }
+            if !conn_done {
+                match ready!(conn.as_mut().poll(cx)) {
+                    Ok(()) => conn_done = true,
+                    Err(e) => return Poll::Ready(Err(Error::from(e))),
+                }
+            }
+            Poll::Pending
+        })
+        .await?;
+        let deadline = started + self.total_timeout;
+        let res = res.map(|incoming| OutboundBody {
+            inner: incoming,
+            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            _permit: permit,
+        });
+        let io = async move {
+            if conn_done {
+                return Ok(());
+            }
+            conn.await.map_err(Error::from)
+        };
+        Ok((res, io))
+    }
+}
+
+/// A response body from upstream, cut off at the total timeout.
+pub(crate) struct OutboundBody {
+    inner: hyper::body::Incoming,
+    deadline: Pin<Box<Sleep>>,
+    /// The request counts against the cap until its body is done.
+    _permit: OwnedSemaphorePermit,
+}
+
+impl HttpBody for OutboundBody {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(Error::ConnectionReadTimeout)));
+        }
+        Pin::new(&mut self.inner)
+            .poll_frame(cx)
+            .map_err(Error::from)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The wasi:http hooks of a component: outbound requests go through
+/// [`Outbound`].
+pub(crate) struct OutboundHooks {
+    outbound: Arc<Outbound>,
+}
+
+impl OutboundHooks {
+    pub(crate) fn new(outbound: Arc<Outbound>) -> OutboundHooks {
+        OutboundHooks { outbound }
+    }
+}
+
+type IoFuture = Box<dyn Future<Output = Result<(), Error>> + Send>;
+
+impl WasiHttpHooks for OutboundHooks {
+    fn send_request(
+        &mut self,
+        request: Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _io: IoFuture,
+    ) -> Box<dyn Future<Output = Result<(Response<WasiBody>, IoFuture), Error>> + Send> {
+        let outbound = self.outbound.clone();
+        Box::new(async move {
+            let (res, io) = outbound.send(request, options).await?;
+            Ok((res.map(|b| b.boxed_unsync()), Box::new(io) as IoFuture))
+        })
+    }
+}
+
+trait Stream: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static> Stream for T {}
+
+/// The TLS client configuration, built once: Mozilla's roots, ring.
+fn tls_connector() -> tokio_rustls::TlsConnector {
+    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+    let config = CONFIG.get_or_init(|| {
+        let roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.into(),
+        };
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map(|b| b.with_root_certificates(roots).with_no_client_auth())
+            .unwrap_or_else(|_| {
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth()
+            });
+        Arc::new(config)
+    });
+    tokio_rustls::TlsConnector::from(config.clone())
+}
+
+/// Whether an address is reachable on the public internet: not loopback,
+/// private, link-local (cloud metadata lives there), shared, reserved,
+/// documentation or multicast, in either family.
+pub(crate) fn is_global(ip: IpAddr) -> bool {
+    fn v4(ip: Ipv4Addr) -> bool {
+        let o = ip.octets();
+        !(ip.is_unspecified()
+            || ip.is_loopback()
+            || ip.is_private()
+            || ip.is_link_local()
+            || ip.is_broadcast()
+            || ip.is_documentation()
+            || ip.is_multicast()
+            || o[0] == 0
+            || (o[0] == 100 && (o[1] & 0xc0) == 64)
+            || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+            || (o[0] == 198 && (o[1] & 0xfe) == 18)
+            || o[0] >= 240)
+    }
+    match ip {
+        IpAddr::V4(ip) => v4(ip),
+        IpAddr::V6(ip) => {
+            if let Some(mapped) = ip.to_ipv4_mapped() {
+                return v4(mapped);
+            }
+            let s = ip.segments();
+            !(s[..6].iter().all(|&x| x == 0)
+                || ip.is_multicast()
+                || ip.is_unique_local()
+                || ip.is_unicast_link_local()
+                || (s[0] & 0xffc0) == 0xfec0
+                || (s[0] == 0x64 && s[1] == 0xff9b)
+                || s[0] == 0x2002
+                || (s[0] == 0x2001 && s[1] == 0x0db8))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_public_addresses_are_global() {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "::",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "64:ff9b::a00:1",
+            "2002:a00:1::",
+            "224.0.0.1",
+        ] {
+            let ip: IpAddr = private.parse().expect(private);
+            assert!(!is_global(ip), "{private}");
+        }
+        for public in ["1.1.1.1", "93.184.216.34", "2606:4700:4700::1111"] {
+            let ip: IpAddr = public.parse().expect(public);
+            assert!(is_global(ip), "{public}");
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Outbound HTTP from servlets: denied by default, allowed per route by
+//! scheme, host and port, never to a private address by name, with
+//! timeouts and a cap on requests in flight. The upstream is a hyper server
+//! the test starts on 127.0.0.1.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Result;
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use swan_tests::{TestServer, TestSite};
+
+/// An upstream on 127.0.0.1: `/slow` waits 3 s before answering, anything
+/// else answers at once.
+async fn upstream() -> Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let svc = service_fn(|req: Request<hyper::body::Incoming>| async move {
+                    if req.uri().path() == "/slow" {
+                        tokio::time::sleep(Duration::from_secs(3)).await;
+                    }
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("upstream says hi"))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// A site routing `/f/*` to the faults component with `route_toml` keys.
+async fn start(route_toml: &str) -> Result<(TestSite, TestServer)> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    let file = site.file(
+        "faults.wasm",
+        std::fs::read(swan_tests::guest("faults-component", "wasm32-wasip2")?)?,
+    )?;
+    let config = site.config(&format!(
+        "[server]\nmax_instances = 32\n[[site]]\nroot = \"www\"\n[[site.route]]\npath = \"/f/*\"\nservlet = {:?}\nprewarm = 2\ntimeout = \"5s\"\n{route_toml}\n",
+        file.display().to_string()
+    ))?;
+    let server = TestServer::start(config).await?;
+    Ok((site, server))
+}
+
+async fn fetch(server: &TestServer, url: &str) -> Result<String> {
+    Ok(server.get(&format!("/f/fetch?url={url}")).await?.text())
+}
+
+#[tokio::test]
+async fn outbound_requests_are_denied_unless_the_route_allows_them() -> Result<()> {
+    let up = upstream().await?;
+    let (_site, server) = start("").await?;
+    let answer = fetch(&server, &format!("http://{up}/")).await?;
+    assert!(answer.contains("HttpRequestDenied"), "{answer}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_allowed_address_is_reached_and_others_are_not() -> Result<()> {
+    let up = upstream().await?;
+    let (_site, server) = start(&format!("allowed_outbound_hosts = [\"http://{up}\"]")).await?;
+    assert_eq!(
+        fetch(&server, &format!("http://{up}/")).await?,
+        "200 upstream says hi"
+    );
+    // Another port, another scheme: denied.
+    let other = format!("http://127.0.0.1:{}/", up.port() + 1);
+    assert!(fetch(&server, &other).await?.contains("HttpRequestDenied"));
+    let tls = format!("https://{up}/");
+    assert!(fetch(&server, &tls).await?.contains("HttpRequestDenied"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_name_resolving_to_a_private_address_is_refused_unless_allowed() -> Result<()> {
+    let up = upstream().await?;
+    let name = format!("http://localhost:{}", up.port());
+    // Allowed by name, but the name resolves to loopback.
+    let (_site, server) = start(&format!("allowed_outbound_hosts = [\"{name}\"]")).await?;
+    let answer = fetch(&server, &format!("{name}/")).await?;
+    assert!(answer.contains("DestinationIpProhibited"), "{answer}");
+    drop(server);
+    // A wildcard does not name an address either.
+    let (_site, server) = start("allowed_outbound_hosts = [\"http://*:*\"]").await?;
+    let answer = fetch(&server, &format!("http://{up}/")).await?;
+    assert!(answer.contains("DestinationIpProhibited"), "{answer}");
+    drop(server);
+    // Explicitly allowed.
+    let (_site, server) = start(&format!(
+        "allowed_outbound_hosts = [\"{name}\"]\noutbound_private = true"
+    ))
+    .await?;
+    assert_eq!(
+        fetch(&server, &format!("{name}/")).await?,
+        "200 upstream says hi"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn outbound_timeouts_and_the_in_flight_cap_hold() -> Result<()> {
+    let up = upstream().await?;
+    let (_site, server) = start(&format!(
+        "allowed_outbound_hosts = [\"http://{up}\"]\noutbound_first_byte_timeout = \"300ms\"\nmax_outbound_concurrency = 1"
+    ))
+    .await?;
+    let started = std::time::Instant::now();
+    let answer = fetch(&server, &format!("http://{up}/slow")).await?;
+    assert!(answer.starts_with("error:"), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // One slow request in flight: a second one is refused at once.
+    let slow_url = server.url(&format!("/f/fetch?url=http://{up}/slow"));
+    let slow = tokio::spawn(async move {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<Full<Bytes>>();
+        client
+            .request(Request::get(slow_url).body(Full::default())?)
+            .await
+            .map_err(anyhow::Error::from)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let answer = fetch(&server, &format!("http://{up}/")).await?;
+    assert!(answer.contains("ConnectionLimitReached"), "{answer}");
+    let _ = slow.await?;
+    assert_eq!(
+        fetch(&server, &format!("http://{up}/")).await?,
+        "200 upstream says hi"
+    );
+    Ok(())
+}
+
+#[test]
+fn malformed_outbound_rules_are_configuration_errors() -> Result<()> {
+    let site = TestSite::new()?;
+    site.dir("www")?;
+    site.file("x.wasm", b"")?;
+    for (rule, expect) in [
+        ("api.example.com", "has no scheme"),
+        ("ftp://api.example.com", "scheme must be"),
+        ("https://api.example.com/path", "only scheme://host[:port]"),
+        ("https://a.*.example.com", "`*` may only be"),
+        ("https://api.example.com:99999", "is not a port"),
+    ] {
+        let err = match site.config(&format!(
+            "[[site]]\nroot = \"www\"\n[[site.route]]\npath = \"/x\"\nservlet = \"x.wasm\"\nallowed_outbound_hosts = [\"{rule}\"]\n"
+        )) {
+            Ok(_) => anyhow::bail!("{rule} accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("allowed_outbound_hosts[0]"), "{rule}: {err}");
+        assert!(err.contains(expect), "{rule}: {err}");
+    }
+    Ok(())
+}
+
+/// A native servlet that GETs the URL in its `URL` setting with the ABI's
+/// `http_send` and answers `STATUS BODY` (STATUS negative on an error).
+const NATIVE_FETCH: &str = r#"(module
+  (import "swan" "setting" (func $setting (param i32 i32 i32 i32) (result i32)))
+  (import "swan" "http_send" (func $send (param i32 i32) (result i32)))
+  (import "swan" "http_response_get" (func $get (param i32 i32 i32) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (data (i32.const 900) "URL")
+  (data (i32.const 1000) "GET ")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func $number (param $v i32) (local $p i32) (local $neg i32)
+    (if (i32.lt_s (local.get $v) (i32.const 0))
+      (then (local.set $neg (i32.const 1)) (local.set $v (i32.sub (i32.const 0) (local.get $v)))))
+    (local.set $p (i32.const 600))
+    (loop $d
+      (local.set $p (i32.sub (local.get $p) (i32.const 1)))
+      (i32.store8 (local.get $p) (i32.add (i32.const 48) (i32.rem_u (local.get $v) (i32.const 10))))
+      (local.set $v (i32.div_u (local.get $v) (i32.const 10)))
+      (br_if $d (i32.ne (local.get $v) (i32.const 0))))
+    (if (local.get $neg)
+      (then (local.set $p (i32.sub (local.get $p) (i32.const 1))) (i32.store8 (local.get $p) (i32.const 45))))
+    (drop (call $write (local.get $p) (i32.sub (i32.const 600) (local.get $p)))))
+  (func (export "swan_handle") (result i32) (local $n i32) (local $status i32) (local $len i32)
+    (local.set $n (call $setting (i32.const 900) (i32.const 3) (i32.const 1004) (i32.const 2000)))
+    (i32.store8 (i32.add (i32.const 1004) (local.get $n)) (i32.const 10))
+    (i32.store8 (i32.add (i32.const 1005) (local.get $n)) (i32.const 10))
+    (local.set $status (call $send (i32.const 1000) (i32.add (local.get $n) (i32.const 6))))
+    (call $number (local.get $status))
+    (i32.store8 (i32.const 700) (i32.const 32))
+    (drop (call $write (i32.const 700) (i32.const 1)))
+    (local.set $len (call $get (i32.const 1) (i32.const 8192) (i32.const 8192)))
+    (if (i32.gt_s (local.get $len) (i32.const 0))
+      (then (drop (call $write (i32.const 8192) (local.get $len)))))
+    i32.const 0))"#;
+
+async fn native(url: &str, rules: &str) -> Result<String> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    let file = site.file("fetch.wasm", wat::parse_str(NATIVE_FETCH)?)?;
+    let config = site.config(&format!(
+        "[server]\nmax_instances = 8\n[[site]]\nroot = \"www\"\n[[site.route]]\npath = \"/n\"\nservlet = {:?}\nprewarm = 0\n{rules}\n[site.route.settings]\nURL = {url:?}\n",
+        file.display().to_string()
+    ))?;
+    let server = TestServer::start(config).await?;
+    Ok(server.get("/n").await?.text())
+}
+
+#[tokio::test]
+async fn native_servlets_send_outbound_requests_under_the_same_rules() -> Result<()> {
+    let up = upstream().await?;
+    let url = format!("http://{up}/");
+    assert_eq!(native(&url, "").await?, "-1 ");
+    assert_eq!(
+        native(&url, &format!("allowed_outbound_hosts = [\"http://{up}\"]")).await?,
+        "200 upstream says hi"
+    );
+    let name = format!("http://localhost:{}/", up.port());
+    let rule = format!(
+        "allowed_outbound_hosts = [\"http://localhost:{}\"]",
+        up.port()
+    );
+    assert_eq!(native(&name, &rule).await?, "-2 ");
+    assert_eq!(
+        native(&name, &format!("{rule}\noutbound_private = true")).await?,
+        "200 upstream says hi"
+    );
+    assert_eq!(native("not a url", &rule).await?, "-6 ");
+    Ok(())
+}

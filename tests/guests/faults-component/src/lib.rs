@@ -1,0 +1,191 @@
+//! A `wasi:http/proxy` 0.2 component that does what the last segment of
+//! its path says (it sees the whole request path, wherever it is routed),
+//! so swan's tests can check every limit and fault on components:
+//!
+//! | path | does |
+//! |---|---|
+//! | `/ok` | 200 `ok` |
+//! | `/count` | 200 with a global counter (1 for a fresh instance) |
+//! | `/env` | 200 with `GREETING` from the environment |
+//! | `/loop` | spins forever |
+//! | `/trap` | traps before answering |
+//! | `/oom` | allocates until memory runs out |
+//! | `/sleep?ms=N` | blocks in a host call (a WASI clock) for N ms, then 200 |
+//! | `/big?n=N` | 200 with N bytes |
+//! | `/stream-then-trap?n=N` | sends N KiB, then traps mid-body |
+//! | `/print?n=N` | writes N KiB to stdout, then 200 |
+//! | `/upload` | reads the request body as it comes, answers its length |
+//! | `/files` | tries to read `/etc/passwd`: 200 `denied` when it cannot |
+//! | `/fetch?url=U` | GETs U with outgoing-handler: `STATUS BODY`, or `error: CODE` |
+//! | `/no-response` | returns without setting a response |
+
+use wasi::http::outgoing_handler;
+use wasi::http::types::{
+    Fields, IncomingRequest, OutgoingBody, OutgoingRequest, OutgoingResponse, ResponseOutparam,
+    Scheme,
+};
+use wasi::io::streams::StreamError;
+
+static mut COUNT: u32 = 0;
+
+struct Faults;
+
+impl wasi::exports::http::incoming_handler::Guest for Faults {
+    fn handle(request: IncomingRequest, out: ResponseOutparam) {
+        let full = request.path_with_query().unwrap_or_default();
+        let (path, query) = full.split_once('?').unwrap_or((&full, ""));
+        let path = format!("/{}", path.rsplit('/').next().unwrap_or(""));
+        let n = || param(query, "n").and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
+        match path.as_str() {
+            "/ok" => respond(out, 200, b"ok"),
+            "/count" => {
+                // SAFETY: a component instance runs one request at a time.
+                #[allow(static_mut_refs)]
+                let count = unsafe {
+                    COUNT += 1;
+                    COUNT
+                };
+                respond(out, 200, count.to_string().as_bytes())
+            }
+            "/env" => respond(out, 200, std::env::var("GREETING").unwrap_or_default().as_bytes()),
+            "/loop" => {
+                let mut x: u64 = 0;
+                loop {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            }
+            "/trap" => std::process::abort(),
+            "/oom" => {
+                let mut held = Vec::new();
+                loop {
+                    held.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&held);
+                }
+            }
+            "/sleep" => {
+                let ms = param(query, "ms").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                wasi::clocks::monotonic_clock::subscribe_duration(ms * 1_000_000).block();
+                respond(out, 200, b"slept")
+            }
+            "/big" => respond(out, 200, &vec![b'b'; n()]),
+            "/stream-then-trap" => {
+                let Some(body) = start(out, 200) else { return };
+                let stream = body.write().expect("stream");
+                for _ in 0..n() {
+                    let _ = stream.blocking_write_and_flush(&[b's'; 1024]);
+                }
+                std::process::abort()
+            }
+            "/print" => {
+                let line = "p".repeat(1023);
+                for _ in 0..n() {
+                    println!("{line}");
+                }
+                respond(out, 200, b"printed")
+            }
+            "/upload" => {
+                let len = read_len(&request);
+                respond(out, 200, len.to_string().as_bytes())
+            }
+            "/files" => {
+                let answer = match std::fs::read("/etc/passwd") {
+                    Ok(_) => "read".to_owned(),
+                    Err(_) => "denied".to_owned(),
+                };
+                respond(out, 200, answer.as_bytes())
+            }
+            "/fetch" => {
+                let url = param(query, "url").unwrap_or_default();
+                let answer = fetch(&url);
+                respond(out, 200, answer.as_bytes())
+            }
+            "/no-response" => {}
+            _ => respond(out, 404, b"no such fault"),
+        }
+    }
+}
+
+wasi::http::proxy::export!(Faults);
+
+fn start(out: ResponseOutparam, status: u16) -> Option<OutgoingBody> {
+    let headers = Fields::from_list(&[(
+        "content-type".to_owned(),
+        b"text/plain; charset=utf-8".to_vec(),
+    )])
+    .ok()?;
+    let response = OutgoingResponse::new(headers);
+    response.set_status_code(status).ok()?;
+    let body = response.body().ok()?;
+    ResponseOutparam::set(out, Ok(response));
+    Some(body)
+}
+
+fn respond(out: ResponseOutparam, status: u16, bytes: &[u8]) {
+    let Some(body) = start(out, status) else { return };
+    if let Ok(stream) = body.write() {
+        for chunk in bytes.chunks(4096) {
+            if stream.blocking_write_and_flush(chunk).is_err() {
+                return;
+            }
+        }
+    }
+    let _ = OutgoingBody::finish(body, None);
+}
+
+fn read_len(request: &IncomingRequest) -> usize {
+    let mut total = 0;
+    let Ok(body) = request.consume() else { return 0 };
+    if let Ok(stream) = body.stream() {
+        loop {
+            match stream.blocking_read(64 * 1024) {
+                Ok(chunk) => total += chunk.len(),
+                Err(StreamError::Closed) => break,
+                Err(StreamError::LastOperationFailed(_)) => return usize::MAX,
+            }
+        }
+    }
+    total
+}
+
+fn fetch(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some(("https", r)) => (Scheme::Https, r),
+        Some(("http", r)) => (Scheme::Http, r),
+        _ => return "error: bad url".to_owned(),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let request = OutgoingRequest::new(Fields::new());
+    let _ = request.set_scheme(Some(&scheme));
+    let _ = request.set_authority(Some(authority));
+    let _ = request.set_path_with_query(Some(path));
+    let future = match outgoing_handler::handle(request, None) {
+        Ok(f) => f,
+        Err(e) => return format!("error: {e:?}"),
+    };
+    future.subscribe().block();
+    let response = match future.get() {
+        Some(Ok(Ok(r))) => r,
+        Some(Ok(Err(e))) => return format!("error: {e:?}"),
+        _ => return "error: no response".to_owned(),
+    };
+    let status = response.status();
+    let mut text = Vec::new();
+    if let Ok(body) = response.consume() {
+        if let Ok(stream) = body.stream() {
+            while let Ok(chunk) = stream.blocking_read(64 * 1024) {
+                text.extend_from_slice(&chunk);
+            }
+        }
+    }
+    format!("{status} {}", String::from_utf8_lossy(&text))
+}
+
+fn param(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        (k == key).then(|| v.replace("%3A", ":").replace("%2F", "/"))
+    })
+}
