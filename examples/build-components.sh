@@ -4,8 +4,9 @@
 #   hello-rust.wasm    Rust, wasi =0.14.7 (wasip2 1.0.4+wasi-0.2.12), wasm32-wasip2
 #   hello-js.wasm      JavaScript, @bytecodealliance/componentize-js 0.23.0 (npm)
 #   hello-python.wasm  Python, componentize-py 0.25.1 (PyPI)
+#   state-rust.wasm    Rust, wasi =0.14.7 + wit-bindgen =0.57.1: wasi:keyvalue counter + guestbook
 #
-#   examples/build-components.sh OUT_DIR [rust] [js] [python]   (default: all three)
+#   examples/build-components.sh OUT_DIR [rust] [js] [python] [state]   (default: all four)
 #
 # Missing toolchains are installed on the way: npm packages from
 # hello-js/package-lock.json into hello-js/node_modules, componentize-py into a
@@ -24,7 +25,7 @@ src=$here/components
 cache=${SWAN_TOOLCHAINS:-${XDG_CACHE_HOME:-$HOME/.cache}/swan-toolchains}
 
 usage() {
-    echo "usage: $me OUT_DIR [rust] [js] [python]" >&2
+    echo "usage: $me OUT_DIR [rust] [js] [python] [state]" >&2
     exit 2
 }
 # fail WHAT HINT: says what failed and how to fix it, then stops.
@@ -38,9 +39,9 @@ fail() {
 out=$1
 shift
 langs=("$@")
-[ ${#langs[@]} -gt 0 ] || langs=(rust js python)
+[ ${#langs[@]} -gt 0 ] || langs=(rust js python state)
 for lang in "${langs[@]}"; do
-    case $lang in rust | js | python) ;; *) echo "$me: unknown language '$lang'" >&2 && usage ;; esac
+    case $lang in rust | js | python | state) ;; *) echo "$me: unknown language '$lang'" >&2 && usage ;; esac
 done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -59,15 +60,17 @@ fresh() {
 # build LANG: builds hello-LANG.wasm into a temporary file, then moves it into
 # place, so a failed build never leaves a fresh-looking output behind.
 build() {
-    local lang=$1 output=$out/hello-$1.wasm start=$SECONDS
-    local sources=("$here/build-components.sh" "$src/hello-$lang")
-    [ "$lang" = rust ] && sources+=("$here/../rust-toolchain.toml") || sources+=("$src/wit")
+    local lang=$1 name=hello-$1 start=$SECONDS
+    [ "$lang" = state ] && name=state-rust
+    local output=$out/$name.wasm
+    local sources=("$here/build-components.sh" "$src/$name")
+    case $lang in rust | state) sources+=("$here/../rust-toolchain.toml") ;; *) sources+=("$src/wit") ;; esac
     if fresh "$output" "${sources[@]}"; then
-        echo "$me: hello-$lang.wasm is up to date" >&2
+        echo "$me: $name.wasm is up to date" >&2
         return
     fi
-    echo "$me: building hello-$lang.wasm ..." >&2
-    tmp=$out/.hello-$lang.wasm.tmp
+    echo "$me: building $name.wasm ..." >&2
+    tmp=$out/.$name.wasm.tmp
     rm -f "$tmp"
     "build_$lang" "$tmp"
     mv -f "$tmp" "$output"
@@ -75,15 +78,20 @@ build() {
 }
 trap 'rm -f "${tmp:-}"' EXIT
 
-build_rust() {
+# cargo_component CRATE OUT: builds the Rust component in components/CRATE.
+cargo_component() {
+    local crate=$1
     command -v cargo >/dev/null || fail "cargo is missing" "install Rust with rustup; rust-toolchain.toml pins 1.95.0"
     # Run from inside the repository so that rust-toolchain.toml (with the
-    # wasm32-wasip2 target) applies; --locked keeps wasip2 at 1.0.4+wasi-0.2.12.
-    (cd "$src/hello-rust" && cargo build --quiet --release --locked --target wasm32-wasip2 \
-        --target-dir "$src/hello-rust/target") ||
-        fail "the Rust component did not build" "see the errors above; a missing target is fixed by: rustup target add wasm32-wasip2"
-    cp "$src/hello-rust/target/wasm32-wasip2/release/hello_rust.wasm" "$1"
+    # wasm32-wasip2 target) applies; --locked keeps the pinned versions.
+    (cd "$src/$crate" && cargo build --quiet --release --locked --target wasm32-wasip2 \
+        --target-dir "$src/$crate/target") ||
+        fail "the Rust component $crate did not build" "see the errors above; a missing target is fixed by: rustup target add wasm32-wasip2"
+    cp "$src/$crate/target/wasm32-wasip2/release/${crate//-/_}.wasm" "$2"
 }
+
+build_rust() { cargo_component hello-rust "$1"; }
+build_state() { cargo_component state-rust "$1"; }
 
 build_js() {
     local dir=$src/hello-js pkg=$src/hello-js/node_modules/@bytecodealliance/componentize-js/package.json

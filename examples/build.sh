@@ -2,6 +2,7 @@
 # Builds every example servlet from source into one folder (default:
 # servlets/ at the repository root), named for the path it answers:
 #   hello.wasm  json-api.wasm  (Rust, wasm32-wasip1, guest SDK)
+#   visits.wasm guestbook.wasm (Rust, guest SDK, a key-value store)
 #   hello-c.wasm               (C, Debian clang + wasi-libc, swan.h)
 #   hello-as.wasm              (AssemblyScript, no WASI)
 # Needs what scripts/setup installs.
@@ -19,6 +20,8 @@ hint() { echo "examples/build.sh: $1 (run scripts/setup to install the toolchain
     || hint "the Rust examples did not build"
 cp "$here/target/wasm32-wasip1/release/hello.wasm" "$out/hello.wasm"
 cp "$here/target/wasm32-wasip1/release/json_api.wasm" "$out/json-api.wasm"
+cp "$here/target/wasm32-wasip1/release/visits.wasm" "$out/visits.wasm"
+cp "$here/target/wasm32-wasip1/release/guestbook.wasm" "$out/guestbook.wasm"
 
 # C
 command -v clang >/dev/null || hint "clang is missing"

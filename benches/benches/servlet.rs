@@ -67,7 +67,7 @@ fn per_call(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
     let wat_file = dir.path().join("wat-hello.wasm");
     std::fs::write(&wat_file, wat::parse_str(WAT_HELLO).expect("wat")).expect("write");
-    let loader = Loader::new(&ServerConfig::defaults()).expect("engine");
+    let loader = Loader::new(&ServerConfig::defaults(), Default::default()).expect("engine");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -61,7 +61,7 @@ fn loader() -> &'static Arc<Loader> {
     LOADER.get_or_init(|| {
         let mut server = ServerConfig::defaults();
         server.max_instances = 16;
-        Loader::new(&server).expect("engine")
+        Loader::new(&server, Default::default()).expect("engine")
     })
 }
 

@@ -71,6 +71,42 @@ enum swan_response_part { SWAN_RESPONSE_HEADERS = 0, SWAN_RESPONSE_BODY = 1 };
 SWAN_IMPORT("http_response_get")
 int32_t swan_http_response_get(int32_t part, char *buf, int32_t buf_len);
 
+/* Key-value stores (the route lists the ones it may open in `stores`).
+ * Every call returns >= 0 on success or a negative error:
+ * -1 absent (swan_kv_get only), -2 denied (not listed, or no such store),
+ * -3 unavailable (Redis down: try later; failing now gives the client 503),
+ * -4 over a limit (key, value, keys per list, operations per request),
+ * -5 not a number (swan_kv_increment), -6 other, -7 bad handle. */
+SWAN_IMPORT("kv_open")
+int32_t swan_kv_open(const char *name, int32_t name_len);             /* a handle */
+SWAN_IMPORT("kv_get")
+int32_t swan_kv_get(int32_t store, const char *key, int32_t key_len,
+                    void *buf, int32_t buf_len);                        /* full length */
+/* ttl_ms > 0: the key expires after that many milliseconds. */
+SWAN_IMPORT("kv_set")
+int32_t swan_kv_set(int32_t store, const char *key, int32_t key_len,
+                    const void *value, int32_t value_len, int64_t ttl_ms);
+SWAN_IMPORT("kv_delete")
+int32_t swan_kv_delete(int32_t store, const char *key, int32_t key_len); /* 1 if it existed */
+SWAN_IMPORT("kv_exists")
+int32_t swan_kv_exists(int32_t store, const char *key, int32_t key_len); /* 1 or 0 */
+/* Adds delta atomically (absent counts as 0); the new value goes to *out. */
+SWAN_IMPORT("kv_increment")
+int32_t swan_kv_increment(int32_t store, const char *key, int32_t key_len,
+                          int64_t delta, int64_t *out);
+/* Sets key to `new_value` only if its value is `expected` now; with
+ * expected_len -1, only if the key is absent. 1 if it swapped, 0 if not. */
+SWAN_IMPORT("kv_cas")
+int32_t swan_kv_cas(int32_t store, const char *key, int32_t key_len,
+                    const void *expected, int32_t expected_len,
+                    const void *new_value, int32_t new_len);
+/* Keys starting with prefix, a page at a time: cursor 0 for the first page.
+ * Writes "NEXT\n" then one key per line ("\n" alone: no more pages);
+ * returns the full length. */
+SWAN_IMPORT("kv_list")
+int32_t swan_kv_list(int32_t store, const char *prefix, int32_t prefix_len,
+                     int64_t cursor, char *buf, int32_t buf_len);
+
 /* Copies a request part into buf as a NUL-terminated string (truncated to
  * fit); returns the part's full length. */
 static inline int32_t swan_request_string(enum swan_part part, char *buf, int32_t buf_len) {

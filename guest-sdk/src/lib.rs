@@ -30,6 +30,7 @@
 
 mod ffi;
 pub mod http;
+pub mod kv;
 mod query;
 
 pub use query::{parse_query, percent_decode};

@@ -25,6 +25,7 @@ use crate::request::{BodyPolicy, RequestError, RequestId, path};
 use crate::servlet::{CallContext, Loader, LoaderError, Target};
 use crate::site::{Site, Sites};
 use crate::static_files::{self, CacheError};
+use crate::store::Stores;
 
 /// Sent as `Server` on every response.
 pub const SERVER_NAME: HeaderValue = HeaderValue::from_static("swan");
@@ -51,14 +52,28 @@ pub enum AppError {
     /// A site's files could not be loaded.
     #[error(transparent)]
     Site(#[from] CacheError),
+    /// A key-value store could not be opened.
+    #[error(transparent)]
+    Store(#[from] crate::store::OpenError),
 }
 
 impl App {
     /// Loads everything a configuration names: the engine (if any site can
     /// have servlets), every site's files and servlets.
     pub fn load(config: &Config) -> Result<App, AppError> {
+        let stores = if config.wants_servlets() {
+            Stores::open(&config.stores, &config.stores_used())?
+        } else {
+            Stores::default()
+        };
+        App::load_with(config, stores)
+    }
+
+    /// Like [`App::load`], with the stores already open (`swan check` opens
+    /// what it can and reports the rest).
+    pub fn load_with(config: &Config, stores: Stores) -> Result<App, AppError> {
         let loader = if config.wants_servlets() {
-            Some(Loader::new(&config.server)?)
+            Some(Loader::new(&config.server, Arc::new(stores))?)
         } else {
             None
         };

@@ -30,6 +30,7 @@ pub mod server;
 pub mod servlet;
 pub mod site;
 pub mod static_files;
+pub mod store;
 
 pub use app::App;
 pub use config::{Config, ConfigError, Overrides};

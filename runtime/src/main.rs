@@ -215,7 +215,14 @@ fn print_banner(config: &Config, sites: &Sites, bound: &[std::net::SocketAddr], 
 }
 
 fn check(config: &Config) -> anyhow::Result<()> {
-    let app = App::load(config).context("cannot load the sites")?;
+    // Stores that cannot be opened are reported below, not fatal here: an
+    // embedded store held by the running server is expected.
+    let (stores, unopened) = if config.wants_servlets() {
+        swan::store::Stores::open_each(&config.stores, &config.stores_used())
+    } else {
+        Default::default()
+    };
+    let app = App::load_with(config, stores).context("cannot load the sites")?;
     let sites = app.sites.load();
     let s = &config.server;
     match &config.file {
@@ -242,7 +249,7 @@ fn check(config: &Config) -> anyhow::Result<()> {
     println!("  keepalive_timeout   {:?}", s.keepalive_timeout);
     println!("  drain_timeout       {:?}", s.drain_timeout);
     println!("  max_instances       {}", s.max_instances);
-    let mut problems = 0;
+    let mut problems = check_stores(config, &app, &unopened);
     for site in sites.iter() {
         let c = &site.config;
         let stats = site.cache.stats();
@@ -290,6 +297,9 @@ fn check(config: &Config) -> anyhow::Result<()> {
                 l.max_concurrency,
                 l.reuse,
             );
+            if !l.stores.is_empty() {
+                println!("    stores   {}", l.stores.join(", "));
+            }
             if !l.outbound.allowed_hosts.is_empty() {
                 let rules: Vec<String> = l
                     .outbound
@@ -315,11 +325,105 @@ fn check(config: &Config) -> anyhow::Result<()> {
     }
     if problems > 0 {
         anyhow::bail!(
-            "{problems} servlet{} could not be loaded",
+            "{problems} servlet{} or store{} not ready",
+            if problems == 1 { "" } else { "s" },
             if problems == 1 { "" } else { "s" }
         );
     }
     Ok(())
+}
+
+/// Prints every store, its limits, which sites' servlets may open it, and
+/// whether it answers (Redis: a PING within 3 s). Returns the number of
+/// stores that do not.
+fn check_stores(config: &Config, app: &App, unopened: &[swan::store::OpenError]) -> usize {
+    if config.stores.is_empty() {
+        return 0;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let mut problems = 0;
+    println!("stores:");
+    for store in &config.stores {
+        let l = &store.limits;
+        println!(
+            "  {:<12} {}; key {}, value {}, {} operations per request, list {} keys",
+            store.name,
+            store.kind.describe(),
+            human_bytes(l.max_key_bytes),
+            human_bytes(l.max_value_bytes),
+            l.max_ops_per_request,
+            l.max_list_keys,
+        );
+        let users: Vec<String> = config
+            .sites
+            .iter()
+            .flat_map(|site| {
+                let all = site
+                    .servlet_limits
+                    .stores
+                    .contains(&store.name)
+                    .then(|| format!("site {} (every servlet)", site.name));
+                let routes = site
+                    .routes
+                    .iter()
+                    .filter(|r| r.limits.stores.contains(&store.name))
+                    .map(move |r| format!("site {} route {}", site.name, r.path));
+                all.into_iter().chain(routes)
+            })
+            .collect();
+        if users.is_empty() {
+            println!("    opened by    nothing (no route lists it; not opened)");
+            continue;
+        }
+        println!("    opened by    {}", users.join(", "));
+        match unopened
+            .iter()
+            .find(|e| e.name == store.name)
+            .map(|e| &e.error)
+        {
+            Some(swan::store::StoreError::InUse(_)) => {
+                println!("    reachable    in use by another process (a running swan?)");
+                continue;
+            }
+            Some(e) => {
+                problems += 1;
+                println!("    reachable    NO");
+                eprintln!("error: store {} cannot be opened: {e}", store.name);
+                continue;
+            }
+            None => {}
+        }
+        let Some(open) = app
+            .loader
+            .as_ref()
+            .and_then(|l| l.stores().get(&store.name))
+        else {
+            continue;
+        };
+        let answer = match &runtime {
+            Ok(rt) => rt.block_on(async {
+                tokio::time::timeout(std::time::Duration::from_secs(3), open.ping())
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(swan::store::StoreError::Unavailable(
+                            "no answer in 3 s".to_owned(),
+                        ))
+                    })
+            }),
+            Err(e) => Err(swan::store::StoreError::Other(e.to_string())),
+        };
+        match answer {
+            Ok(()) => println!("    reachable    yes"),
+            Err(e) => {
+                problems += 1;
+                println!("    reachable    NO");
+                eprintln!("error: store {} does not answer: {e}", store.name);
+            }
+        }
+    }
+    problems
 }
 
 fn human_bytes(n: u64) -> String {

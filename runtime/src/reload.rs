@@ -427,6 +427,19 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
             "servlets were added to a server started without any: restart to enable them"
         );
     }
+    if let Some(loader) = &app.loader {
+        let missing: Vec<String> = config
+            .stores_used()
+            .into_iter()
+            .filter(|name| loader.stores().get(name).is_none())
+            .collect();
+        if !missing.is_empty() {
+            tracing::warn!(
+                stores = %missing.join(", "),
+                "routes list stores that were not open at start: they answer \"denied\" until a restart opens them"
+            );
+        }
+    }
     let current = app.sites.load_full();
     let mut sites = Vec::new();
     for site_config in &config.sites {

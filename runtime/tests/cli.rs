@@ -383,3 +383,100 @@ fn check_lists_each_servlets_kind_and_outbound_rules() {
         "{text}"
     );
 }
+
+/// A free port on 127.0.0.1 (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+#[test]
+fn check_lists_the_stores_who_opens_them_and_whether_they_answer() {
+    let dir = site();
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    // A real Redis with a password, and a port where nothing listens.
+    let (up, down) = (free_port(), free_port());
+    let mut redis = Command::new("redis-server")
+        .args([
+            "--port",
+            &up.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no", "--requirepass", "s3cret"])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server (scripts/setup installs it)");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", up)).is_err() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let config = format!(
+        "[[store]]\nname = \"default\"\nkind = \"embedded\"\n\
+         [[store]]\nname = \"shared\"\nkind = \"redis\"\nurl_env = \"SWAN_TEST_REDIS\"\n\
+         [[store]]\nname = \"gone\"\nkind = \"redis\"\nurl = \"redis://:s3cret@127.0.0.1:{down}\"\n\
+         [[store]]\nname = \"spare\"\nkind = \"embedded\"\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nstores = [\"default\", \"shared\"]\n"
+    );
+    std::fs::write(dir.path().join("swan.toml"), &config).expect("config");
+    let run = |config: &str| {
+        std::fs::write(dir.path().join("swan.toml"), config).expect("config");
+        swan()
+            .current_dir(dir.path())
+            .arg("check")
+            .env(
+                "SWAN_TEST_REDIS",
+                format!("redis://:s3cret@127.0.0.1:{up}/0"),
+            )
+            .output()
+            .expect("run")
+    };
+    // `gone` is configured but no route lists it: listed, not opened.
+    let out = run(&config);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let errors = String::from_utf8_lossy(&out.stderr).into_owned();
+    let _ = redis.kill();
+    let _ = redis.wait();
+    assert!(out.status.success(), "{text}\n{errors}");
+    assert!(text.contains("default      embedded"), "{text}");
+    assert!(
+        text.contains(&format!("redis redis://:***@127.0.0.1:{up}/0")),
+        "{text}"
+    );
+    assert!(text.contains("site default (every servlet)"), "{text}");
+    assert!(
+        text.contains("nothing (no route lists it; not opened)"),
+        "{text}"
+    );
+    assert_eq!(text.matches("reachable    yes").count(), 2, "{text}");
+    assert!(
+        !dir.path().join("data/spare.redb").exists(),
+        "an unused store was created"
+    );
+    // Now the route lists `gone`: check says it does not answer, exits 1.
+    let out = run(&config.replace("\"default\", \"shared\"", "\"default\", \"gone\""));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let errors = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}\n{errors}");
+    assert!(text.contains("reachable    NO"), "{text}");
+    assert!(errors.contains("store gone does not answer"), "{errors}");
+    assert!(
+        !text.contains("s3cret") && !errors.contains("s3cret"),
+        "{text}\n{errors}"
+    );
+    // An unset url_env is a configuration error naming the variable.
+    let out = swan()
+        .current_dir(dir.path())
+        .arg("check")
+        .env_remove("SWAN_TEST_REDIS")
+        .output()
+        .expect("run");
+    let errors = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{errors}");
+    assert!(errors.contains("SWAN_TEST_REDIS is not set"), "{errors}");
+}

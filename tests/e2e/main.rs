@@ -15,4 +15,5 @@ mod request_id;
 mod servlets;
 mod sources;
 mod static_files;
+mod stores;
 mod vhosts;

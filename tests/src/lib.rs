@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub mod h2raw;
+pub mod redis;
 
 /// A folder holding a swan.toml and site roots, removed when dropped.
 pub struct TestSite {

@@ -43,6 +43,7 @@ impl Config {
             let mut positions = Positions {
                 sites: vec![SitePositions::default()],
                 dropped_sites: false,
+                stores: Vec::new(),
             };
             config.apply(overrides, &mut positions)?;
             let findings = validate::check(&config, &positions);

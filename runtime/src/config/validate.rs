@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::Problem;
 use super::reader::line_column;
-use super::types::Config;
+use super::types::{Config, StoreConfig, StoreKind};
 
 /// Where a value came from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -32,6 +32,17 @@ pub(crate) struct Positions {
     /// Whether some `[[site]]` table could not be read at all (its problems
     /// are reported already; checks across sites would only add noise).
     pub(crate) dropped_sites: bool,
+    /// One per configured `[[store]]`, in order.
+    pub(crate) stores: Vec<StorePositions>,
+}
+
+/// Where a store's values came from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StorePositions {
+    /// The store's index among the `[[store]]` tables of the file.
+    pub(crate) index: usize,
+    /// The whole `[[store]]` table.
+    pub(crate) table: Range<usize>,
 }
 
 /// Where a site's values came from.
@@ -68,6 +79,11 @@ pub(crate) enum At {
     SiteServlets(usize),
     /// The servlet file of route `r` of site `n`.
     RouteServlet(usize, usize),
+    /// The `stores` of site `n`'s servlets (route `r`, or the site's
+    /// `[site.servlet]` for `None`).
+    Stores(usize, Option<usize>),
+    /// Store `n` (its name).
+    Store(usize),
 }
 
 /// A problem found by validation, not yet located.
@@ -176,6 +192,25 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
                 }
             }
         }
+        let known = |name: &String| config.stores.iter().any(|s| &s.name == name);
+        for name in site.servlet_limits.stores.iter().filter(|n| !known(n)) {
+            finding(
+                At::Stores(i, None),
+                format!("no store is named {name:?}"),
+                "declare it with a [[store]] table, or list one of the configured stores",
+            );
+        }
+        for (r, route) in site.routes.iter().enumerate() {
+            for name in route.limits.stores.iter().filter(|n| !known(n)) {
+                if !site.servlet_limits.stores.contains(name) {
+                    finding(
+                        At::Stores(i, Some(r)),
+                        format!("no store is named {name:?}"),
+                        "declare it with a [[store]] table, or list one of the configured stores",
+                    );
+                }
+            }
+        }
         for (r, route) in site.routes.iter().enumerate() {
             let file = &route.servlet;
             if file.extension().is_none_or(|e| e != "wasm") || !file.is_file() {
@@ -185,6 +220,37 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
                     "point `servlet` at a compiled module, relative to the config file's folder",
                 );
             }
+        }
+    }
+    for (n, store) in config.stores.iter().enumerate() {
+        if config.stores[..n].iter().any(|s| s.name == store.name) {
+            finding(
+                At::Store(n),
+                format!("two stores are named {:?}", store.name),
+                "give every [[store]] its own name",
+            );
+        }
+        let path_of = |s: &StoreConfig| match &s.kind {
+            StoreKind::Embedded { path } => Some(path.clone()),
+            StoreKind::Redis { .. } => None,
+        };
+        let shared = path_of(store).and_then(|path| {
+            let other = config.stores[..n]
+                .iter()
+                .find(|s| path_of(s).as_ref() == Some(&path))?;
+            Some((other, path))
+        });
+        if let Some((other, path)) = shared {
+            finding(
+                At::Store(n),
+                format!(
+                    "stores {:?} and {:?} share the file {}",
+                    other.name,
+                    store.name,
+                    path.display()
+                ),
+                "give every embedded store its own `path`",
+            );
         }
     }
     found
@@ -206,7 +272,9 @@ pub(crate) fn locate(
                 | At::SiteHosts(i)
                 | At::SiteRoot(i)
                 | At::SiteServlets(i)
-                | At::RouteServlet(i, _) => positions.sites.get(i),
+                | At::RouteServlet(i, _)
+                | At::Stores(i, _) => positions.sites.get(i),
+                At::Store(_) => None,
             };
             let index = |i: usize| site.map_or(i, |s| s.index);
             let (key, origin) = match f.at {
@@ -235,6 +303,28 @@ pub(crate) fn locate(
                             route.map_or(r, |p| p.index)
                         ),
                         route.map(|p| p.servlet.clone()),
+                    )
+                }
+                At::Stores(i, None) => (
+                    format!("site[{}].servlet.stores", index(i)),
+                    site.map(|s| Origin::File(s.table.clone())),
+                ),
+                At::Stores(i, Some(r)) => {
+                    let route = site.and_then(|s| s.routes.get(r));
+                    (
+                        format!(
+                            "site[{}].route[{}].stores",
+                            index(i),
+                            route.map_or(r, |p| p.index)
+                        ),
+                        site.map(|s| Origin::File(s.table.clone())),
+                    )
+                }
+                At::Store(n) => {
+                    let store = positions.stores.get(n);
+                    (
+                        format!("store[{}].name", store.map_or(n, |s| s.index)),
+                        store.map(|s| Origin::File(s.table.clone())),
                     )
                 }
             };

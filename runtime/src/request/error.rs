@@ -51,6 +51,10 @@ pub enum RequestError {
     /// instance pool is full.
     #[error("servlet busy")]
     ServletBusy,
+    /// A key-value store a servlet needed could not be reached, and the
+    /// servlet did not handle it.
+    #[error("store unavailable")]
+    StoreUnavailable,
     /// A servlet ran past its deadline.
     #[error("servlet deadline exceeded")]
     ServletTimeout,
@@ -84,7 +88,9 @@ impl RequestError {
             RequestError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             RequestError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             RequestError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
-            RequestError::ServletBusy => StatusCode::SERVICE_UNAVAILABLE,
+            RequestError::ServletBusy | RequestError::StoreUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             RequestError::ServletTimeout => StatusCode::GATEWAY_TIMEOUT,
             RequestError::ServletFault
             | RequestError::BuildFailed { .. }
@@ -113,7 +119,7 @@ impl RequestError {
                     headers.insert(header::CONTENT_RANGE, v);
                 }
             }
-            RequestError::ServletBusy => {
+            RequestError::ServletBusy | RequestError::StoreUnavailable => {
                 headers.insert(
                     header::RETRY_AFTER,
                     HeaderValue::from(RETRY_AFTER.as_secs()),
@@ -176,9 +182,11 @@ mod tests {
 
     #[test]
     fn each_error_gets_its_status_and_headers() {
-        let res = RequestError::ServletBusy.into_response();
-        assert_eq!(res.status(), 503);
-        assert_eq!(res.headers()["retry-after"], "1");
+        for busy in [RequestError::ServletBusy, RequestError::StoreUnavailable] {
+            let res = busy.into_response();
+            assert_eq!(res.status(), 503);
+            assert_eq!(res.headers()["retry-after"], "1");
+        }
         let res = RequestError::MethodNotAllowed { allow: "GET, HEAD" }.into_response();
         assert_eq!(res.headers()["allow"], "GET, HEAD");
         let res = RequestError::PayloadTooLarge.into_response();

@@ -22,10 +22,12 @@ use super::{Servlet, ServletInfo};
 use crate::config::{RoutePath, ServerConfig, SiteConfig};
 use crate::engine::{Engine, EngineError, Tier};
 use crate::file_stamp::FileStamp;
+use crate::store::Stores;
 
 /// Loads servlets: the engine and what guests may import.
 pub struct Loader {
     engine: Arc<Engine>,
+    stores: Arc<Stores>,
     native: native::Linkers,
     components: component::Linkers,
     development: bool,
@@ -85,13 +87,14 @@ pub enum LoaderError {
 
 impl Loader {
     /// The engine for a server's limits, and the linkers.
-    pub fn new(server: &ServerConfig) -> Result<Arc<Loader>, LoaderError> {
+    pub fn new(server: &ServerConfig, stores: Arc<Stores>) -> Result<Arc<Loader>, LoaderError> {
         let engine = Engine::new(server)?;
         let link = |e: wasmtime::Error| LoaderError::Link(format!("{e:#}"));
         let native = native::Linkers::new(&engine).map_err(link)?;
         let components = component::Linkers::new(&engine).map_err(link)?;
         Ok(Arc::new(Loader {
             engine,
+            stores,
             native,
             components,
             development: server.development,
@@ -102,6 +105,11 @@ impl Loader {
     /// The engine.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// The stores servlets may open, fixed at start.
+    pub fn stores(&self) -> &Arc<Stores> {
+        &self.stores
     }
 
     /// Compiles, checks and links one servlet with the `tier` compiler (a
@@ -115,7 +123,14 @@ impl Loader {
         })?;
         let (pool, tier) = if component::is_component(&bytes) {
             let (guest, tier) = with_fallback(tier, &info.name, |t| {
-                component::load(&self.engine, &self.components, info.clone(), &bytes, t)
+                component::load(
+                    &self.engine,
+                    &self.components,
+                    &self.stores,
+                    info.clone(),
+                    &bytes,
+                    t,
+                )
             })?;
             let pool = InstancePool::new(guest, info.clone());
             if info.limits.prewarm > 0 {
@@ -124,7 +139,14 @@ impl Loader {
             (Pool::Component(pool), tier)
         } else {
             let (guest, tier) = with_fallback(tier, &info.name, |t| {
-                native::load(&self.engine, &self.native, info.clone(), &bytes, t)
+                native::load(
+                    &self.engine,
+                    &self.native,
+                    &self.stores,
+                    info.clone(),
+                    &bytes,
+                    t,
+                )
             })?;
             let pool = InstancePool::new(guest, info.clone());
             if info.limits.prewarm > 0 {

@@ -12,6 +12,7 @@ use toml::de::DeTable;
 
 mod server;
 mod site;
+mod store;
 
 use super::reader::{Diagnostics, TableReader};
 use super::types::{Config, ServerConfig};
@@ -67,11 +68,26 @@ pub(crate) const SERVLET_KEYS: &[&str] = &[
     "outbound_first_byte_timeout",
     "outbound_timeout",
     "max_outbound_concurrency",
+    "stores",
+];
+/// Keys of `[[store]]`.
+pub(crate) const STORE_KEYS: &[&str] = &[
+    "name",
+    "kind",
+    "path",
+    "url",
+    "url_env",
+    "connections",
+    "timeout",
+    "max_key_bytes",
+    "max_value_bytes",
+    "max_ops_per_request",
+    "max_list_keys",
 ];
 /// Keys of `[[site.route]]` besides the servlet limits.
 pub(crate) const ROUTE_KEYS: &[&str] = &["path", "servlet", "settings"];
 /// Top-level keys.
-pub(crate) const ROOT_KEYS: &[&str] = &["server", "site"];
+pub(crate) const ROOT_KEYS: &[&str] = &["server", "site", "store"];
 
 /// Reads a document as far as it goes: the configuration (possibly
 /// incomplete when `diag` has errors) and where its values came from.
@@ -103,6 +119,7 @@ pub(crate) fn document(
         None => ServerConfig::defaults(),
     };
     let site_tables = root.tables(diag, "site");
+    let store_tables = root.tables(diag, "store");
     let root_span = root.span();
     root.finish(diag, ROOT_KEYS);
 
@@ -130,10 +147,23 @@ pub(crate) fn document(
     if sites.len() == 1 {
         sites[0].default = true;
     }
+    let mut stores = Vec::new();
+    for (index, mut t) in store_tables.into_iter().enumerate() {
+        let read = store::read(&mut t, diag, base, index);
+        t.finish(diag, STORE_KEYS);
+        if let Some((store, at)) = read {
+            stores.push(store);
+            positions.stores.push(at);
+        }
+    }
+    if stores.is_empty() && positions.stores.is_empty() {
+        stores.push(crate::config::types::StoreConfig::implicit_default(base));
+    }
     let config = Config {
         file: Some(file.to_path_buf()),
         server,
         sites,
+        stores,
     };
     Some((config, positions))
 }

@@ -69,6 +69,9 @@ fn servlet_limits(
         }
         l.outbound.allowed_hosts = rules;
     }
+    if let Some(values) = t.strings(diag, "stores") {
+        l.stores = values.into_iter().map(|v| v.into_inner()).collect();
+    }
     if let Some(b) = t.bool(diag, "outbound_private") {
         l.outbound.allow_private = b;
     }

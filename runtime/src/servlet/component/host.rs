@@ -14,6 +14,7 @@ use crate::engine::InstanceTicket;
 use crate::servlet::info::ServletInfo;
 use crate::servlet::outbound::{Outbound, OutboundHooks};
 use crate::servlet::output::GuestOutput;
+use crate::store::{StoreAccess, Stores};
 
 /// Core instances one component may hold (a component is several core
 /// modules linked together: the program, the WASI adapter, shims).
@@ -32,6 +33,8 @@ pub(crate) struct ComponentHost {
     pub(crate) http: WasiHttpCtx,
     pub(crate) hooks: OutboundHooks,
     pub(crate) config: Arc<WasiConfigVariables>,
+    /// The key-value stores the route may open, counted per request.
+    pub(crate) kv: StoreAccess,
     pub(crate) limits: StoreLimits,
     pub(crate) info: Arc<ServletInfo>,
     /// Epoch ticks the current request may still run.
@@ -48,6 +51,7 @@ impl ComponentHost {
         info: Arc<ServletInfo>,
         config: Arc<WasiConfigVariables>,
         outbound: Arc<Outbound>,
+        stores: Arc<Stores>,
         ticket: InstanceTicket,
     ) -> ComponentHost {
         let stdout = GuestOutput::default();
@@ -73,6 +77,7 @@ impl ComponentHost {
             wasi,
             http: WasiHttpCtx::new(),
             hooks: OutboundHooks::new(outbound),
+            kv: StoreAccess::new(stores, &info.limits.stores),
             config,
             limits,
             info,
@@ -89,6 +94,14 @@ impl ComponentHost {
         let (name, id) = (&self.info.name, &self.request_id);
         self.stdout.log(name, id, "stdout");
         self.stderr.log(name, id, "stderr");
+    }
+
+    /// wasi:keyvalue view.
+    pub(crate) fn keyvalue(&mut self) -> super::keyvalue::KeyValue<'_> {
+        super::keyvalue::KeyValue {
+            access: &mut self.kv,
+            table: &mut self.table,
+        }
     }
 
     /// wasi:config/store view.

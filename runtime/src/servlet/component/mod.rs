@@ -13,6 +13,7 @@
 
 mod body;
 mod host;
+mod keyvalue;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +39,7 @@ use super::pool::Lease;
 use crate::body::Body;
 use crate::engine::{EPOCH_TICK, Engine, Tier};
 use crate::request::RequestError;
+use crate::store::Stores;
 use body::{GuestBody, Outcome};
 use host::ComponentHost;
 
@@ -68,6 +70,7 @@ impl Linkers {
             wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
             wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
             wasmtime_wasi_config::add_to_linker(&mut linker, ComponentHost::config)?;
+            keyvalue::add_to_linker(&mut linker, ComponentHost::keyvalue)?;
             match tier {
                 Tier::Optimized => optimized = Some(linker),
                 Tier::Baseline => baseline = Some(linker),
@@ -96,6 +99,7 @@ pub(crate) struct ComponentGuest {
     engine: Arc<Engine>,
     config: Arc<WasiConfigVariables>,
     outbound: Arc<Outbound>,
+    stores: Arc<Stores>,
     /// The exports, for `swan check` and logs.
     pub(crate) exports: Vec<String>,
 }
@@ -138,6 +142,7 @@ struct DeadlineExceeded;
 pub(crate) fn load(
     engine: &Arc<Engine>,
     linkers: &Linkers,
+    stores: &Arc<Stores>,
     info: Arc<ServletInfo>,
     bytes: &[u8],
     tier: Tier,
@@ -186,6 +191,7 @@ pub(crate) fn load(
                 .collect(),
         ),
         outbound: Arc::new(Outbound::new(&info.limits)),
+        stores: stores.clone(),
         info,
         engine: engine.clone(),
         exports,
@@ -222,6 +228,7 @@ impl Guest for ComponentGuest {
             self.info.clone(),
             self.config.clone(),
             self.outbound.clone(),
+            self.stores.clone(),
             ticket,
         );
         let mut store = Store::new(self.pre.engine(), host);
@@ -270,6 +277,7 @@ impl Guest for ComponentGuest {
             let host = instance.store.data_mut();
             host.request_id.clone_from(&id);
             host.ticks_left = deadline_ticks(self.info.limits.timeout);
+            host.kv.reset();
             let mut http = host.http();
             let req = http
                 .new_incoming_request(Scheme::Http, input.req)
@@ -285,6 +293,9 @@ impl Guest for ComponentGuest {
         let (outcome_tx, outcome_rx) = oneshot::channel::<Outcome>();
         let head_sent = Arc::new(AtomicBool::new(false));
         let task_head_sent = head_sent.clone();
+        // A guest that fails after a store was unavailable gives 503.
+        let store_down = Arc::new(AtomicBool::new(false));
+        let task_store_down = store_down.clone();
         let guest = self.clone();
         let task_id = id.clone();
         let task = tokio::spawn(async move {
@@ -320,6 +331,9 @@ impl Guest for ComponentGuest {
                 }
             };
             store.data_mut().flush_output();
+            if store.data().kv.saw_unavailable && result.is_err() {
+                task_store_down.store(true, Ordering::Relaxed);
+            }
             if let Err(e) = &result {
                 tracing::warn!(servlet = %guest.info.name, request_id = %task_id, error = %e, "component failed");
             }
@@ -365,6 +379,9 @@ impl Guest for ComponentGuest {
                 }
                 if input.verdict.too_slow() {
                     return Err(RequestError::BodyTimeout);
+                }
+                if store_down.load(Ordering::Relaxed) {
+                    return Err(RequestError::StoreUnavailable);
                 }
                 if failure.contains("deadline") {
                     return Err(RequestError::ServletTimeout);

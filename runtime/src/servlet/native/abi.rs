@@ -82,6 +82,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     linker.func_wrap("swan", "response_write", response_write)?;
     linker.func_wrap("swan", "log", log)?;
     super::fetch::add_to_linker(linker)?;
+    super::kv::add_to_linker(linker)?;
     Ok(())
 }
 

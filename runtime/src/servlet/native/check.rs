@@ -98,6 +98,7 @@ impl LoadError {
 pub(crate) fn load(
     engine: &Arc<Engine>,
     linkers: &Linkers,
+    stores: &Arc<crate::store::Stores>,
     info: Arc<ServletInfo>,
     bytes: &[u8],
     tier: Tier,
@@ -120,6 +121,7 @@ pub(crate) fn load(
     let guest = NativeGuest {
         pre,
         outbound: Arc::new(crate::servlet::outbound::Outbound::new(&info.limits)),
+        stores: stores.clone(),
         info,
         engine: engine.clone(),
     };
@@ -164,7 +166,10 @@ pub(crate) fn load(
 fn check_imports(module: &Module, file: &Path) -> Result<(), LoadError> {
     for import in module.imports() {
         let known = match import.module() {
-            SWAN_MODULE => abi::FUNCTIONS.contains(&import.name()),
+            SWAN_MODULE => {
+                abi::FUNCTIONS.contains(&import.name())
+                    || super::kv::FUNCTIONS.contains(&import.name())
+            }
             WASI_MODULE => true,
             _ => false,
         };

@@ -13,6 +13,7 @@ use crate::engine::InstanceTicket;
 use crate::servlet::info::ServletInfo;
 use crate::servlet::outbound::Outbound;
 use crate::servlet::output::GuestOutput;
+use crate::store::{Store, StoreAccess};
 
 use super::fetch::Fetched;
 
@@ -61,6 +62,10 @@ pub(crate) struct Host {
     pub(crate) outbound: Arc<Outbound>,
     /// The last response `http_send` fetched in this request.
     pub(crate) fetched: Fetched,
+    /// The key-value stores the route may open, counted per request.
+    pub(crate) kv: StoreAccess,
+    /// Stores opened in this request, by handle.
+    pub(crate) kv_open: Vec<Arc<Store>>,
     /// Epoch ticks the current request may still run.
     pub(crate) ticks_left: u64,
     stdout: GuestOutput,
@@ -73,6 +78,7 @@ impl Host {
     pub(crate) fn new(
         info: Arc<ServletInfo>,
         outbound: Arc<Outbound>,
+        kv: StoreAccess,
         ticket: InstanceTicket,
     ) -> Host {
         let stdout = GuestOutput::default();
@@ -97,6 +103,8 @@ impl Host {
             response: ResponseData::default(),
             outbound,
             fetched: Fetched::default(),
+            kv,
+            kv_open: Vec::new(),
             ticks_left: 0,
             stdout,
             stderr,

@@ -9,6 +9,7 @@ mod abi;
 mod check;
 mod fetch;
 mod host;
+mod kv;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,7 @@ use super::pool::Lease;
 use crate::body::Body;
 use crate::engine::{EPOCH_TICK, Engine, Tier};
 use crate::request::{BodyPolicy, RequestError, body};
+use crate::store::{StoreAccess, Stores};
 use host::{Host, RequestData, ResponseData};
 
 /// Extra time, past its own deadline, that a servlet blocked in a host call
@@ -78,6 +80,7 @@ pub(crate) struct NativeGuest {
     info: Arc<ServletInfo>,
     engine: Arc<Engine>,
     outbound: Arc<Outbound>,
+    stores: Arc<Stores>,
 }
 
 /// A live instance of a native module.
@@ -134,7 +137,12 @@ impl Guest for NativeGuest {
         let ticket = self.engine.instance_ticket().ok_or(GuestError::PoolFull)?;
         let mut store = Store::new(
             self.pre.module().engine(),
-            Host::new(self.info.clone(), self.outbound.clone(), ticket),
+            Host::new(
+                self.info.clone(),
+                self.outbound.clone(),
+                StoreAccess::new(self.stores.clone(), &self.info.limits.stores),
+                ticket,
+            ),
         );
         store.limiter(|h| &mut h.limits);
         store.epoch_deadline_callback(|mut ctx| {
@@ -209,6 +217,8 @@ impl NativeGuest {
             };
             host.response = ResponseData::default();
             host.ticks_left = deadline_ticks(limits.timeout);
+            host.kv.reset();
+            host.kv_open.clear();
         }
         ready.store.set_epoch_deadline(1);
         let handle = match &ready.handle {
@@ -232,6 +242,15 @@ impl NativeGuest {
             tracing::warn!(servlet = %self.info.name, request_id = %id, timeout = ?limits.timeout, "servlet stopped at its deadline");
             RequestError::ServletTimeout
         };
+        // A servlet that fails after a store was unavailable gives 503.
+        let store_down = ready.store.data().kv.saw_unavailable;
+        let fault = |e: RequestError| {
+            if store_down && matches!(e, RequestError::ServletFault) {
+                RequestError::StoreUnavailable
+            } else {
+                e
+            }
+        };
         let code = match result {
             Err(_) => return Err(timed_out()),
             Ok(Err(e)) if e.is::<DeadlineExceeded>() => return Err(timed_out()),
@@ -239,18 +258,18 @@ impl NativeGuest {
                 Some(exit) if exit.0 == 0 => 0,
                 Some(_) => {
                     self.log_fault("exited", &e, &id);
-                    return Err(RequestError::ServletFault);
+                    return Err(fault(RequestError::ServletFault));
                 }
                 None => {
                     self.log_fault("trapped", &e, &id);
-                    return Err(RequestError::ServletFault);
+                    return Err(fault(RequestError::ServletFault));
                 }
             },
             Ok(Ok(code)) => code,
         };
         if code != 0 {
             tracing::warn!(servlet = %self.info.name, request_id = %id, code, "swan_handle reported failure");
-            return Err(RequestError::ServletFault);
+            return Err(fault(RequestError::ServletFault));
         }
         let host = ready.store.data_mut();
         let response = std::mem::take(&mut host.response);

@@ -1,0 +1,3 @@
+module swan.example/hello-go
+
+go 1.24

@@ -1,0 +1,18 @@
+//! A visit counter: every request adds one to `visits` in the route's
+//! `default` store, atomically, and answers the new count. Route it with
+//! `stores = ["default"]`; on Redis, every swan process counts together.
+
+use swan_guest::kv::{Error, Store};
+use swan_guest::{Request, Response};
+
+fn visits(_req: Request) -> Response {
+    let count = Store::open("default").and_then(|store| store.increment("visits", 1));
+    match count {
+        Ok(n) => Response::text(format!("{n}")),
+        // Redis down: say so; swan would answer 503 for us if we failed.
+        Err(Error::Unavailable) => Response::text("the store is unavailable, try again").with_status(503),
+        Err(e) => Response::text(format!("store error: {e}")).with_status(500),
+    }
+}
+
+swan_guest::servlet!(visits);

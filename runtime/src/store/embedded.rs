@@ -1,0 +1,436 @@
+//! The embedded backend: one redb file per store.
+//!
+//! redb commits are durable when `commit` returns (fsync), so a write a
+//! servlet saw succeed survives `kill -9`. Reads run on the caller's thread
+//! (an MVCC read transaction, microseconds from the page cache); writes go
+//! to a writer thread that applies everything waiting in one transaction,
+//! so many concurrent writers share each fsync. Values carry their expiry;
+//! an index of expiries lets the writer drop expired keys in order.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
+use tokio::sync::oneshot;
+
+use super::{KeyPage, StoreError, parse_number};
+
+/// key → expiry (ms since the epoch, 0: none, 8 bytes big-endian) + value.
+const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
+/// (expiry, key) for keys that expire.
+const EXPIRY: TableDefinition<(u64, &str), ()> = TableDefinition::new("expiry");
+/// Writes applied in one transaction at most.
+const MAX_BATCH: usize = 512;
+/// How often expired keys are swept when nothing else is written.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+pub(super) struct Embedded {
+    db: Arc<Database>,
+    cursors: std::sync::Mutex<Cursors>,
+    /// `None` once dropping.
+    writes: Option<mpsc::Sender<Write>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Embedded {
+    fn drop(&mut self) {
+        // The writer ends when its channel closes; waiting for it releases
+        // the file's lock before this returns, so the store can be opened
+        // again at once (a configuration reload, a test).
+        self.writes.take();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+enum Op {
+    Set {
+        key: String,
+        value: Bytes,
+        expires: u64,
+    },
+    Delete {
+        key: String,
+    },
+    Increment {
+        key: String,
+        delta: i64,
+    },
+    CompareAndSwap {
+        key: String,
+        expected: Option<Bytes>,
+        new: Bytes,
+    },
+}
+
+/// What a write answers.
+enum Done {
+    Unit,
+    Bool(bool),
+    Number(i64),
+}
+
+struct Write {
+    op: Op,
+    reply: oneshot::Sender<Result<Done, StoreError>>,
+}
+
+/// Listing positions handed out as cursors: cursor number → the last key
+/// returned, so the next page starts after that key whatever was added or
+/// deleted meanwhile. Bounded: the oldest are forgotten first.
+#[derive(Default)]
+struct Cursors {
+    next: u64,
+    last_key: std::collections::HashMap<u64, String>,
+    order: std::collections::VecDeque<u64>,
+}
+
+/// Cursors remembered at most (each holds one key, at most `max_key_bytes`).
+const MAX_CURSORS: usize = 10_000;
+
+impl Cursors {
+    fn remember(&mut self, key: String) -> u64 {
+        self.next += 1;
+        let id = self.next;
+        self.last_key.insert(id, key);
+        self.order.push_back(id);
+        while self.order.len() > MAX_CURSORS {
+            if let Some(old) = self.order.pop_front() {
+                self.last_key.remove(&old);
+            }
+        }
+        id
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn other(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Other(e.to_string())
+}
+
+fn encode(expires: u64, value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + value.len());
+    out.extend_from_slice(&expires.to_be_bytes());
+    out.extend_from_slice(value);
+    out
+}
+
+/// (expiry, value) of a stored entry, `None` when it has expired.
+fn decode(stored: &[u8], now: u64) -> Option<(u64, &[u8])> {
+    let (head, value) = stored.split_at_checked(8)?;
+    let expires = u64::from_be_bytes(head.try_into().ok()?);
+    (expires == 0 || expires > now).then_some((expires, value))
+}
+
+impl Embedded {
+    pub(super) fn open(path: &Path) -> Result<Embedded, StoreError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| other(format!("{}: {e}", dir.display())))?;
+        }
+        let db = Database::create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => {
+                StoreError::InUse(path.display().to_string())
+            }
+            e => other(format!("{}: {e}", path.display())),
+        })?;
+        let db = Arc::new(db);
+        let (writes, rx) = mpsc::channel();
+        let writer_db = db.clone();
+        let writer = std::thread::Builder::new()
+            .name("swan-store".to_owned())
+            .spawn(move || write_loop(&writer_db, &rx))
+            .map_err(other)?;
+        Ok(Embedded {
+            db,
+            cursors: std::sync::Mutex::default(),
+            writes: Some(writes),
+            writer: Some(writer),
+        })
+    }
+
+    async fn write(&self, op: Op) -> Result<Done, StoreError> {
+        let (reply, done) = oneshot::channel();
+        self.writes
+            .as_ref()
+            .ok_or_else(|| other("the store is closing"))?
+            .send(Write { op, reply })
+            .map_err(|_| other("the store's writer stopped"))?;
+        done.await
+            .map_err(|_| other("the store's writer stopped"))?
+    }
+
+    pub(super) fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        let txn = self.db.begin_read().map_err(other)?;
+        let table = match txn.open_table(KV) {
+            Ok(t) => t,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(other(e)),
+        };
+        let Some(stored) = table.get(key).map_err(other)? else {
+            return Ok(None);
+        };
+        Ok(decode(stored.value(), now_ms()).map(|(_, v)| Bytes::copy_from_slice(v)))
+    }
+
+    pub(super) fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<u64>,
+        limit: u64,
+    ) -> Result<KeyPage, StoreError> {
+        use std::ops::Bound;
+        let after = match cursor.filter(|c| *c > 0) {
+            None => None,
+            Some(c) => Some(
+                self.cursors
+                    .lock()
+                    .map_err(|_| other("cursor table poisoned"))?
+                    .last_key
+                    .get(&c)
+                    .cloned()
+                    .ok_or_else(|| other("unknown or expired cursor: list again from the start"))?,
+            ),
+        };
+        let txn = self.db.begin_read().map_err(other)?;
+        let table = match txn.open_table(KV) {
+            Ok(t) => t,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(KeyPage::default()),
+            Err(e) => return Err(other(e)),
+        };
+        let now = now_ms();
+        let start = match after.as_deref() {
+            Some(last) if last >= prefix => Bound::Excluded(last),
+            _ => Bound::Included(prefix),
+        };
+        let mut keys = Vec::new();
+        let mut more = false;
+        for entry in table
+            .range::<&str>((start, Bound::Unbounded))
+            .map_err(other)?
+        {
+            let (k, v) = entry.map_err(other)?;
+            let key = k.value();
+            if !key.starts_with(prefix) {
+                break;
+            }
+            if decode(v.value(), now).is_none() {
+                continue;
+            }
+            if keys.len() as u64 >= limit {
+                more = true;
+                break;
+            }
+            keys.push(key.to_owned());
+        }
+        let next = match (more, keys.last()) {
+            (true, Some(last)) => Some(
+                self.cursors
+                    .lock()
+                    .map_err(|_| other("cursor table poisoned"))?
+                    .remember(last.clone()),
+            ),
+            _ => None,
+        };
+        Ok(KeyPage { keys, cursor: next })
+    }
+
+    pub(super) async fn set(
+        &self,
+        key: &str,
+        value: Bytes,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let expires = ttl.map_or(0, |t| now_ms().saturating_add(t.as_millis().max(1) as u64));
+        self.write(Op::Set {
+            key: key.to_owned(),
+            value,
+            expires,
+        })
+        .await
+        .map(|_| ())
+    }
+
+    pub(super) async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+        match self
+            .write(Op::Delete {
+                key: key.to_owned(),
+            })
+            .await?
+        {
+            Done::Bool(b) => Ok(b),
+            _ => Ok(false),
+        }
+    }
+
+    pub(super) async fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        match self
+            .write(Op::Increment {
+                key: key.to_owned(),
+                delta,
+            })
+            .await?
+        {
+            Done::Number(n) => Ok(n),
+            _ => Err(other("unexpected answer")),
+        }
+    }
+
+    pub(super) async fn compare_and_swap(
+        &self,
+        key: &str,
+        expected: Option<Bytes>,
+        new: Bytes,
+    ) -> Result<bool, StoreError> {
+        match self
+            .write(Op::CompareAndSwap {
+                key: key.to_owned(),
+                expected,
+                new,
+            })
+            .await?
+        {
+            Done::Bool(b) => Ok(b),
+            _ => Err(other("unexpected answer")),
+        }
+    }
+}
+
+/// The writer thread: everything waiting goes into one transaction.
+fn write_loop(db: &Database, rx: &mpsc::Receiver<Write>) {
+    loop {
+        let first = match rx.recv_timeout(SWEEP_EVERY) {
+            Ok(w) => Some(w),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        let mut batch: Vec<Write> = first.into_iter().collect();
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        let results = apply(db, &batch);
+        match results {
+            Ok(results) => {
+                for (w, r) in batch.into_iter().zip(results) {
+                    let _ = w.reply.send(r);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "store write failed");
+                for w in batch {
+                    let _ = w.reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Applies a batch (and the expiry sweep) in one committed transaction.
+fn apply(db: &Database, batch: &[Write]) -> Result<Vec<Result<Done, StoreError>>, StoreError> {
+    let txn = db.begin_write().map_err(other)?;
+    let now = now_ms();
+    let mut results = Vec::with_capacity(batch.len());
+    {
+        let mut kv = txn.open_table(KV).map_err(other)?;
+        let mut expiry = txn.open_table(EXPIRY).map_err(other)?;
+        // Expired keys go first, in expiry order.
+        let expired: Vec<(u64, String)> = expiry
+            .range((0u64, "")..(now, ""))
+            .map_err(other)?
+            .filter_map(Result::ok)
+            .map(|(k, _)| {
+                let (at, key) = k.value();
+                (at, key.to_owned())
+            })
+            .collect();
+        for (at, key) in expired {
+            expiry.remove((at, key.as_str())).map_err(other)?;
+            let stale = kv
+                .get(key.as_str())
+                .map_err(other)?
+                .is_some_and(|v| decode(v.value(), now).is_none());
+            if stale {
+                kv.remove(key.as_str()).map_err(other)?;
+            }
+        }
+        for w in batch {
+            // The current entry: its expiry (to unindex) and live value.
+            let key = match &w.op {
+                Op::Set { key, .. }
+                | Op::Delete { key }
+                | Op::Increment { key, .. }
+                | Op::CompareAndSwap { key, .. } => key.as_str(),
+            };
+            let (old_expiry, old_value) = match kv.get(key).map_err(other)? {
+                Some(v) => {
+                    let stored = v.value();
+                    let expires = stored
+                        .get(..8)
+                        .and_then(|h| h.try_into().ok())
+                        .map_or(0, u64::from_be_bytes);
+                    (expires, decode(stored, now).map(|(_, v)| v.to_vec()))
+                }
+                None => (0, None),
+            };
+            let put = |kv: &mut redb::Table<&str, &[u8]>,
+                       expiry: &mut redb::Table<(u64, &str), ()>,
+                       expires: u64,
+                       value: &[u8]|
+             -> Result<(), StoreError> {
+                if old_expiry != 0 {
+                    expiry.remove((old_expiry, key)).map_err(other)?;
+                }
+                kv.insert(key, encode(expires, value).as_slice())
+                    .map_err(other)?;
+                if expires != 0 {
+                    expiry.insert((expires, key), ()).map_err(other)?;
+                }
+                Ok(())
+            };
+            let result = match &w.op {
+                Op::Set { value, expires, .. } => {
+                    put(&mut kv, &mut expiry, *expires, value).map(|()| Done::Unit)
+                }
+                Op::Delete { .. } => {
+                    if old_expiry != 0 {
+                        expiry.remove((old_expiry, key)).map_err(other)?;
+                    }
+                    kv.remove(key).map_err(other)?;
+                    Ok(Done::Bool(old_value.is_some()))
+                }
+                Op::Increment { delta, .. } => match parse_number(old_value.as_deref()) {
+                    Ok(n) => match n.checked_add(*delta) {
+                        Some(sum) => {
+                            let keep = if old_value.is_some() { old_expiry } else { 0 };
+                            put(&mut kv, &mut expiry, keep, sum.to_string().as_bytes())
+                                .map(|()| Done::Number(sum))
+                        }
+                        None => Err(StoreError::NotANumber),
+                    },
+                    Err(e) => Err(e),
+                },
+                Op::CompareAndSwap { expected, new, .. } => {
+                    if old_value.as_deref() == expected.as_deref() {
+                        put(&mut kv, &mut expiry, 0, new).map(|()| Done::Bool(true))
+                    } else {
+                        Ok(Done::Bool(false))
+                    }
+                }
+            };
+            results.push(result);
+        }
+    }
+    txn.commit().map_err(other)?;
+    Ok(results)
+}

@@ -1,0 +1,354 @@
+//! Key-value stores servlets keep state in, the same operations on every
+//! backend:
+//! - `embedded`: a redb file on this machine (crash-safe: a write a servlet
+//!   saw succeed survives `kill -9`), reads on the caller's thread, writes
+//!   grouped into transactions on a writer thread of its own;
+//! - `redis`: a Redis server shared by several swan processes, through the
+//!   redis crate's reconnecting connection manager; keys namespaced
+//!   `swan:NAME:`. Redis down makes calls fail with [`StoreError::Unavailable`]
+//!   until it is back, without a restart.
+//!
+//! Access is per route (`stores = [...]`), counted per request
+//! ([`StoreAccess`]); sizes are checked against the store's limits before
+//! anything is sent.
+
+mod embedded;
+mod redis;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::config::{StoreConfig, StoreKind, StoreLimits};
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The route may not open this store.
+    #[error("access denied")]
+    AccessDenied,
+    /// No store has this name.
+    #[error("no such store")]
+    NoSuchStore,
+    /// The backend cannot be reached (Redis down); try again later.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A key, value, list or the request's operation count is over a limit.
+    #[error("limit exceeded: {0}")]
+    Limit(&'static str),
+    /// Increment on a value that is not a whole number.
+    #[error("not a number")]
+    NotANumber,
+    /// An embedded store's file is open in another process.
+    #[error(
+        "{0} is open in another process; an embedded store belongs to one swan process: give each its own file, or share state through a Redis store"
+    )]
+    InUse(String),
+    /// Anything else the backend reported.
+    #[error("store error: {0}")]
+    Other(String),
+}
+
+/// A page of keys.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KeyPage {
+    /// The keys, in the backend's order.
+    pub keys: Vec<String>,
+    /// Where the next page starts; `None` at the end.
+    pub cursor: Option<u64>,
+}
+
+/// One store.
+pub struct Store {
+    name: String,
+    limits: StoreLimits,
+    backend: Backend,
+}
+
+enum Backend {
+    Embedded(embedded::Embedded),
+    /// Boxed: the Redis client is large, and stores are few.
+    Redis(Box<redis::RedisStore>),
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("name", &self.name)
+            .field("kind", &self.kind())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (embedded) or prepares (Redis: connected on first use) a store.
+    pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
+        let backend = match &config.kind {
+            StoreKind::Embedded { path } => Backend::Embedded(embedded::Embedded::open(path)?),
+            StoreKind::Redis {
+                url,
+                connections,
+                timeout,
+            } => Backend::Redis(Box::new(redis::RedisStore::new(
+                url,
+                &config.name,
+                *connections,
+                *timeout,
+            )?)),
+        };
+        Ok(Store {
+            name: config.name.clone(),
+            limits: config.limits,
+            backend,
+        })
+    }
+
+    /// The store's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// "embedded" or "redis".
+    pub fn kind(&self) -> &'static str {
+        match self.backend {
+            Backend::Embedded(_) => "embedded",
+            Backend::Redis(_) => "redis",
+        }
+    }
+
+    /// The store's limits.
+    pub fn limits(&self) -> StoreLimits {
+        self.limits
+    }
+
+    fn check_key(&self, key: &str) -> Result<(), StoreError> {
+        if key.len() as u64 > self.limits.max_key_bytes {
+            return Err(StoreError::Limit("key too large"));
+        }
+        Ok(())
+    }
+
+    fn check_value(&self, value: &[u8]) -> Result<(), StoreError> {
+        if value.len() as u64 > self.limits.max_value_bytes {
+            return Err(StoreError::Limit("value too large"));
+        }
+        Ok(())
+    }
+
+    /// The value of `key`, if any (and not expired).
+    pub async fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        self.check_key(key)?;
+        match &self.backend {
+            Backend::Embedded(b) => b.get(key),
+            Backend::Redis(b) => b.get(key).await,
+        }
+    }
+
+    /// Sets `key`, expiring after `ttl` if given.
+    pub async fn set(
+        &self,
+        key: &str,
+        value: Bytes,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.check_key(key)?;
+        self.check_value(&value)?;
+        match &self.backend {
+            Backend::Embedded(b) => b.set(key, value, ttl).await,
+            Backend::Redis(b) => b.set(key, value, ttl).await,
+        }
+    }
+
+    /// Deletes `key`; whether it existed.
+    pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+        self.check_key(key)?;
+        match &self.backend {
+            Backend::Embedded(b) => b.delete(key).await,
+            Backend::Redis(b) => b.delete(key).await,
+        }
+    }
+
+    /// Whether `key` exists.
+    pub async fn exists(&self, key: &str) -> Result<bool, StoreError> {
+        Ok(self.get(key).await?.is_some())
+    }
+
+    /// Keys starting with `prefix`, at most `limit` (capped by the store's
+    /// `max_list_keys`), from `cursor` (`None`: the first page).
+    pub async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<u64>,
+        limit: u64,
+    ) -> Result<KeyPage, StoreError> {
+        self.check_key(prefix)?;
+        let limit = limit.clamp(1, self.limits.max_list_keys);
+        match &self.backend {
+            Backend::Embedded(b) => b.list(prefix, cursor, limit),
+            Backend::Redis(b) => b.list(prefix, cursor, limit).await,
+        }
+    }
+
+    /// Adds `delta` to the whole number stored at `key` (0 when absent),
+    /// atomically; the new value.
+    pub async fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        self.check_key(key)?;
+        match &self.backend {
+            Backend::Embedded(b) => b.increment(key, delta).await,
+            Backend::Redis(b) => b.increment(key, delta).await,
+        }
+    }
+
+    /// Sets `key` to `new` only if its value is `expected` (`None`: absent);
+    /// whether it was set.
+    pub async fn compare_and_swap(
+        &self,
+        key: &str,
+        expected: Option<Bytes>,
+        new: Bytes,
+    ) -> Result<bool, StoreError> {
+        self.check_key(key)?;
+        self.check_value(&new)?;
+        match &self.backend {
+            Backend::Embedded(b) => b.compare_and_swap(key, expected, new).await,
+            Backend::Redis(b) => b.compare_and_swap(key, expected, new).await,
+        }
+    }
+
+    /// Whether the backend answers (a Redis PING; always for embedded).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Embedded(_) => Ok(()),
+            Backend::Redis(b) => b.ping().await,
+        }
+    }
+}
+
+/// Every configured store, by name.
+#[derive(Debug, Default)]
+pub struct Stores {
+    by_name: HashMap<String, Arc<Store>>,
+}
+
+/// A store could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("store {name}: {error}")]
+pub struct OpenError {
+    /// The store.
+    pub name: String,
+    /// Why.
+    pub error: StoreError,
+}
+
+impl Stores {
+    /// Opens the stores servlets may use; only those some route lists (an
+    /// embedded file is created only if used).
+    pub fn open(configs: &[StoreConfig], used: &[String]) -> Result<Stores, OpenError> {
+        let (stores, mut failed) = Stores::open_each(configs, used);
+        match failed.pop() {
+            Some(e) => Err(e),
+            None => Ok(stores),
+        }
+    }
+
+    /// Opens what it can of the stores some route lists; the rest are
+    /// returned as errors (for `swan check`, which reports them all).
+    pub fn open_each(configs: &[StoreConfig], used: &[String]) -> (Stores, Vec<OpenError>) {
+        let mut by_name = HashMap::new();
+        let mut failed = Vec::new();
+        for config in configs.iter().filter(|c| used.contains(&c.name)) {
+            match Store::open(config) {
+                Ok(store) => {
+                    by_name.insert(config.name.clone(), Arc::new(store));
+                }
+                Err(error) => failed.push(OpenError {
+                    name: config.name.clone(),
+                    error,
+                }),
+            }
+        }
+        (Stores { by_name }, failed)
+    }
+
+    /// The store named `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<Store>> {
+        self.by_name.get(name)
+    }
+
+    /// Every open store.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Store>> {
+        self.by_name.values()
+    }
+}
+
+/// What one servlet instance may do with the stores, counted per request.
+#[derive(Debug, Clone)]
+pub struct StoreAccess {
+    stores: Arc<Stores>,
+    allowed: Arc<[String]>,
+    ops: u64,
+    /// Whether a call of this request found a store unavailable (a servlet
+    /// that then fails gives 503, not 500).
+    pub saw_unavailable: bool,
+}
+
+impl StoreAccess {
+    /// Access to the `allowed` stores of `stores`.
+    pub fn new(stores: Arc<Stores>, allowed: &[String]) -> StoreAccess {
+        StoreAccess {
+            stores,
+            allowed: allowed.into(),
+            ops: 0,
+            saw_unavailable: false,
+        }
+    }
+
+    /// A new request starts: the counters start again.
+    pub fn reset(&mut self) {
+        self.ops = 0;
+        self.saw_unavailable = false;
+    }
+
+    /// Opens `name` if the route lists it.
+    pub fn open(&self, name: &str) -> Result<Arc<Store>, StoreError> {
+        if !self.allowed.iter().any(|a| a == name) {
+            return Err(StoreError::AccessDenied);
+        }
+        self.stores
+            .get(name)
+            .cloned()
+            .ok_or(StoreError::NoSuchStore)
+    }
+
+    /// Counts one operation on `store` against its per-request limit.
+    pub fn count(&mut self, store: &Store) -> Result<(), StoreError> {
+        self.ops += 1;
+        if self.ops > store.limits.max_ops_per_request {
+            return Err(StoreError::Limit(
+                "too many store operations in this request",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Notes a result: an unavailable store is remembered for the request.
+    pub fn note<T>(&mut self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(StoreError::Unavailable(_)) = &result {
+            self.saw_unavailable = true;
+        }
+        result
+    }
+}
+
+/// A store value as a whole number (decimal text, like Redis's INCR).
+pub(crate) fn parse_number(value: Option<&[u8]>) -> Result<i64, StoreError> {
+    match value {
+        None => Ok(0),
+        Some(bytes) => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .ok_or(StoreError::NotANumber),
+    }
+}

@@ -1,0 +1,387 @@
+//! The Redis backend: keys `swan:NAME:KEY`, through the redis crate's
+//! `ConnectionManager`, which reconnects by itself. The manager is made on
+//! first use (so swan starts while Redis is down) and runs on a thread of
+//! its own, away from the request workers. Calls made while Redis cannot
+//! be reached fail quickly with [`StoreError::Unavailable`].
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use bytes::Bytes;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncCommands, Client, RedisError, Script};
+
+use super::{KeyPage, StoreError};
+
+/// Sets `KEYS[1]` to `ARGV[3]` if its value is `ARGV[2]` (or, with
+/// `ARGV[1] == "1"`, if it is absent); 1 when set.
+const CAS: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if ARGV[1] == '1' then
+  if current then return 0 end
+elseif (not current) or current ~= ARGV[2] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[3])
+return 1
+"#;
+
+/// One connection to Redis, made on first use.
+#[derive(Default)]
+struct Connection {
+    manager: ArcSwapOption<ConnectionManager>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+pub(super) struct RedisStore {
+    client: Client,
+    name: String,
+    prefix: String,
+    /// `connections` managers, made on first use; calls take turns.
+    managers: Vec<Connection>,
+    next: std::sync::atomic::AtomicUsize,
+    timeout: Duration,
+    cas: Script,
+}
+
+/// The thread Redis connections are driven on.
+fn redis_runtime() -> Option<&'static tokio::runtime::Handle> {
+    static RUNTIME: OnceLock<Option<tokio::runtime::Handle>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            let handle = runtime.handle().clone();
+            std::thread::Builder::new()
+                .name("swan-redis".to_owned())
+                .spawn(move || runtime.block_on(std::future::pending::<()>()))
+                .ok()?;
+            Some(handle)
+        })
+        .as_ref()
+}
+
+fn classify(e: RedisError) -> StoreError {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+        return StoreError::Unavailable(e.to_string());
+    }
+    let text = e.to_string();
+    if text.contains("not an integer") || text.contains("overflow") {
+        return StoreError::NotANumber;
+    }
+    StoreError::Other(text)
+}
+
+impl RedisStore {
+    pub(super) fn new(
+        url: &str,
+        name: &str,
+        connections: u32,
+        timeout: Duration,
+    ) -> Result<RedisStore, StoreError> {
+        let client = Client::open(url)
+            .map_err(|e| StoreError::Other(format!("{}: {e}", crate::config::redact_url(url))))?;
+        Ok(RedisStore {
+            client,
+            name: name.to_owned(),
+            prefix: format!("swan:{name}:"),
+            managers: (0..connections.max(1))
+                .map(|_| Connection::default())
+                .collect(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+            timeout,
+            cas: Script::new(CAS),
+        })
+    }
+
+    /// A connection, made now if none was made yet.
+    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let turn = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let slot = &self.managers[turn % self.managers.len()];
+        if let Some(m) = slot.manager.load_full() {
+            return Ok((*m).clone());
+        }
+        let _one_at_a_time = slot.connecting.lock().await;
+        if let Some(m) = slot.manager.load_full() {
+            return Ok((*m).clone());
+        }
+        let runtime =
+            redis_runtime().ok_or_else(|| StoreError::Other("no Redis thread".to_owned()))?;
+        let client = self.client.clone();
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let made = runtime
+            .spawn(async move { ConnectionManager::new_with_config(client, config).await })
+            .await
+            .map_err(|e| StoreError::Other(e.to_string()))?
+            .map_err(classify)?;
+        slot.manager.store(Some(std::sync::Arc::new(made.clone())));
+        Ok(made)
+    }
+
+    fn key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    pub(super) async fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        let mut con = self.connection().await?;
+        let value: Option<Vec<u8>> = con.get(self.key(key)).await.map_err(classify)?;
+        Ok(value.map(Bytes::from))
+    }
+
+    pub(super) async fn set(
+        &self,
+        key: &str,
+        value: Bytes,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let mut con = self.connection().await?;
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.key(key)).arg(value.as_ref());
+        if let Some(ttl) = ttl {
+            cmd.arg("PX").arg(ttl.as_millis().max(1) as u64);
+        }
+        cmd.query_async::<()>(&mut con).await.map_err(classify)
+    }
+
+    pub(super) async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+        let mut con = self.connection().await?;
+        let n: u64 = con.del(self.key(key)).await.map_err(classify)?;
+        Ok(n > 0)
+    }
+
+    /// A page of at most `limit` keys under `prefix`. SCAN's COUNT is only
+    /// a hint and one SCAN step can return more keys than a page holds;
+    /// what does not fit is kept in Redis (`swan-cursor:NAME:ID`, for ten
+    /// minutes) with the SCAN cursor after it, and the page's cursor points
+    /// there. So pages are never longer than `limit`, every key present for
+    /// the whole listing is returned (SCAN's own guarantee), and any swan
+    /// process sharing the Redis can continue a listing another began.
+    pub(super) async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<u64>,
+        limit: u64,
+    ) -> Result<KeyPage, StoreError> {
+        let mut con = self.connection().await?;
+        let limit = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
+        let mut keys: Vec<String> = Vec::new();
+        let mut scan = match ListCursor::decode(cursor) {
+            ListCursor::Scan(scan) => scan,
+            ListCursor::Leftover { id, offset } => {
+                let state: Vec<String> = con
+                    .lrange(self.cursor_key(id), 0, -1)
+                    .await
+                    .map_err(classify)?;
+                let Some((next, rest)) = state.split_first() else {
+                    return Err(StoreError::Other(
+                        "unknown or expired cursor: list again from the start".to_owned(),
+                    ));
+                };
+                let rest = rest.get(offset..).unwrap_or_default();
+                if rest.len() > limit {
+                    return Ok(KeyPage {
+                        keys: rest[..limit].to_vec(),
+                        cursor: Some(
+                            ListCursor::Leftover {
+                                id,
+                                offset: offset + limit,
+                            }
+                            .encode()?,
+                        ),
+                    });
+                }
+                keys.extend_from_slice(rest);
+                let next = next
+                    .parse::<u64>()
+                    .map_err(|_| StoreError::Other("bad cursor state".to_owned()))?;
+                if next == 0 {
+                    return Ok(KeyPage { keys, cursor: None });
+                }
+                next
+            }
+        };
+        let pattern = format!("{}{}*", escape_glob(&self.prefix), escape_glob(prefix));
+        loop {
+            if keys.len() == limit {
+                return Ok(KeyPage {
+                    keys,
+                    cursor: Some(ListCursor::Scan(scan).encode()?),
+                });
+            }
+            let (after, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(scan)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg((limit - keys.len()).clamp(10, 1000))
+                .query_async(&mut con)
+                .await
+                .map_err(classify)?;
+            let mut batch: Vec<String> = batch
+                .into_iter()
+                .filter_map(|k| k.strip_prefix(&self.prefix).map(str::to_owned))
+                .collect();
+            let room = limit - keys.len();
+            if batch.len() > room {
+                let rest = batch.split_off(room);
+                keys.extend(batch);
+                let id: u64 = con
+                    .incr(format!("swan-cursor:{}", self.name), 1)
+                    .await
+                    .map_err(classify)?;
+                let id = id % (ListCursor::MAX_ID - 1) + 1;
+                let state_key = self.cursor_key(id);
+                redis::pipe()
+                    .atomic()
+                    .del(&state_key)
+                    .rpush(&state_key, after.to_string())
+                    .rpush(&state_key, rest)
+                    .expire(&state_key, 600)
+                    .query_async::<()>(&mut con)
+                    .await
+                    .map_err(classify)?;
+                return Ok(KeyPage {
+                    keys,
+                    cursor: Some(ListCursor::Leftover { id, offset: 0 }.encode()?),
+                });
+            }
+            keys.extend(batch);
+            scan = after;
+            if scan == 0 {
+                return Ok(KeyPage { keys, cursor: None });
+            }
+        }
+    }
+
+    fn cursor_key(&self, id: u64) -> String {
+        format!("swan-cursor:{}:{id}", self.name)
+    }
+
+    pub(super) async fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        let mut con = self.connection().await?;
+        con.incr(self.key(key), delta).await.map_err(classify)
+    }
+
+    pub(super) async fn compare_and_swap(
+        &self,
+        key: &str,
+        expected: Option<Bytes>,
+        new: Bytes,
+    ) -> Result<bool, StoreError> {
+        let mut con = self.connection().await?;
+        let absent = if expected.is_none() { "1" } else { "0" };
+        let swapped: i64 = self
+            .cas
+            .key(self.key(key))
+            .arg(absent)
+            .arg(expected.as_deref().unwrap_or_default())
+            .arg(new.as_ref())
+            .invoke_async(&mut con)
+            .await
+            .map_err(classify)?;
+        Ok(swapped == 1)
+    }
+
+    pub(super) async fn ping(&self) -> Result<(), StoreError> {
+        let mut con = self.connection().await?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut con)
+            .await
+            .map(|_| ())
+            .map_err(classify)
+    }
+}
+
+/// Where a listing continues: a SCAN cursor, or keys a SCAN step returned
+/// beyond a page, kept in Redis under an id. As one number: 0 the start,
+/// odd `scan << 1 | 1`, even `(id << 22 | offset) << 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListCursor {
+    Scan(u64),
+    Leftover { id: u64, offset: usize },
+}
+
+impl ListCursor {
+    /// Ids are 1..MAX_ID, so every cursor fits an i64 above 0.
+    const MAX_ID: u64 = 1 << 39;
+    const MAX_OFFSET: usize = 1 << 22;
+
+    fn encode(self) -> Result<u64, StoreError> {
+        let too_large = || StoreError::Other("the listing is too large to continue".to_owned());
+        match self {
+            ListCursor::Scan(0) => Ok(0),
+            ListCursor::Scan(scan) if scan < 1 << 62 => Ok(scan << 1 | 1),
+            ListCursor::Leftover { id, offset }
+                if (1..Self::MAX_ID).contains(&id) && offset < Self::MAX_OFFSET =>
+            {
+                Ok((id << 22 | offset as u64) << 1)
+            }
+            _ => Err(too_large()),
+        }
+    }
+
+    fn decode(cursor: Option<u64>) -> ListCursor {
+        match cursor {
+            None | Some(0) => ListCursor::Scan(0),
+            Some(c) if c & 1 == 1 => ListCursor::Scan(c >> 1),
+            Some(c) => ListCursor::Leftover {
+                id: c >> 23,
+                offset: ((c >> 1) as usize) & (Self::MAX_OFFSET - 1),
+            },
+        }
+    }
+}
+
+/// `s` with Redis glob specials escaped.
+fn escape_glob(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ListCursor;
+
+    #[test]
+    fn list_cursors_round_trip() {
+        for c in [
+            ListCursor::Scan(0),
+            ListCursor::Scan(1),
+            ListCursor::Scan(123_456_789),
+            ListCursor::Leftover { id: 1, offset: 0 },
+            ListCursor::Leftover { id: 7, offset: 3 },
+            ListCursor::Leftover {
+                id: ListCursor::MAX_ID - 1,
+                offset: ListCursor::MAX_OFFSET - 1,
+            },
+        ] {
+            let n = c.encode().expect("encodes");
+            assert!(
+                i64::try_from(n).is_ok(),
+                "{c:?} does not fit the native ABI"
+            );
+            assert_eq!(ListCursor::decode(Some(n)), c, "{n}");
+        }
+        assert!(
+            ListCursor::Leftover {
+                id: ListCursor::MAX_ID,
+                offset: 0
+            }
+            .encode()
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,144 @@
+//! The embedded store's promise: a write a servlet saw succeed survives the
+//! process being killed (SIGKILL) right after. Bounded load on loopback.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+mod support;
+use support::{get, serve_in, site, stop};
+
+/// `GET /put?KEY` stores KEY in `default` and answers "stored" only once
+/// `kv_set` returned success; anything else answers "failed".
+const PUT: &str = r#"(module
+  (import "swan" "request_get" (func $get (param i32 i32 i32) (result i32)))
+  (import "swan" "kv_open" (func $open (param i32 i32) (result i32)))
+  (import "swan" "kv_set" (func $set (param i32 i32 i32 i32 i32 i64) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "default")
+  (data (i32.const 16) "stored")
+  (data (i32.const 32) "failed")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (local $h i32) (local $n i32)
+    (local.set $n (call $get (i32.const 2) (i32.const 256) (i32.const 128)))
+    (local.set $h (call $open (i32.const 0) (i32.const 7)))
+    (if (i32.and (i32.ge_s (local.get $h) (i32.const 0)) (i32.gt_s (local.get $n) (i32.const 0)))
+      (then
+        (if (i32.eqz (call $set (local.get $h) (i32.const 256) (local.get $n) (i32.const 16) (i32.const 6) (i64.const 0)))
+          (then (drop (call $write (i32.const 16) (i32.const 6))) (return (i32.const 0))))))
+    (drop (call $write (i32.const 32) (i32.const 6)))
+    i32.const 0))"#;
+
+/// `GET /has?KEY` answers "yes" if KEY is in `default`, "no" if not.
+const HAS: &str = r#"(module
+  (import "swan" "request_get" (func $get (param i32 i32 i32) (result i32)))
+  (import "swan" "kv_open" (func $open (param i32 i32) (result i32)))
+  (import "swan" "kv_exists" (func $exists (param i32 i32 i32) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "default")
+  (data (i32.const 16) "yes")
+  (data (i32.const 32) "no")
+  (data (i32.const 48) "error")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (local $n i32) (local $r i32)
+    (local.set $n (call $get (i32.const 2) (i32.const 256) (i32.const 128)))
+    (local.set $r (call $exists (call $open (i32.const 0) (i32.const 7)) (i32.const 256) (local.get $n)))
+    (if (i32.eq (local.get $r) (i32.const 1)) (then (drop (call $write (i32.const 16) (i32.const 3))) (return (i32.const 0))))
+    (if (i32.eqz (local.get $r)) (then (drop (call $write (i32.const 32) (i32.const 2))) (return (i32.const 0))))
+    (drop (call $write (i32.const 48) (i32.const 5)))
+    i32.const 0))"#;
+
+/// The body of an HTTP reply, or "" if there was none.
+fn body(reply: &str) -> &str {
+    reply.split_once("\r\n\r\n").map_or("", |(_, b)| b)
+}
+
+#[test]
+fn acknowledged_writes_survive_sigkill() {
+    let dir = site();
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    std::fs::write(
+        dir.path().join("servlets/put.wasm"),
+        wat::parse_str(PUT).expect("put"),
+    )
+    .expect("put");
+    std::fs::write(
+        dir.path().join("servlets/has.wasm"),
+        wat::parse_str(HAS).expect("has"),
+    )
+    .expect("has");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nstores = [\"default\"]\n",
+    )
+    .expect("config");
+    let (mut child, addr) = serve_in(dir.path(), &[]);
+    assert!(body(&get(&addr, "/put?warm")).starts_with("stored"));
+
+    // Four writers, each with its own keys, until the kill; a key counts as
+    // acknowledged once its "stored" answer arrived whole.
+    let killed = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let (addr, killed) = (addr.clone(), killed.clone());
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                let started = Instant::now();
+                for n in 0..20_000 {
+                    if killed.load(Ordering::Relaxed) || started.elapsed() > Duration::from_secs(10)
+                    {
+                        break;
+                    }
+                    let key = format!("w{w}-{n}");
+                    let Ok(mut s) = TcpStream::connect(&addr) else {
+                        break;
+                    };
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                    let request =
+                        format!("GET /put?{key} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+                    if s.write_all(request.as_bytes()).is_err() {
+                        break;
+                    }
+                    let mut reply = String::new();
+                    let _ = s.read_to_string(&mut reply);
+                    if body(&reply) == "stored" {
+                        acked.push(key);
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(800));
+    let _ = Command::new("kill")
+        .args(["-KILL", &child.id().to_string()])
+        .status();
+    killed.store(true, Ordering::Relaxed);
+    let _ = child.wait();
+    let acked: Vec<String> = writers
+        .into_iter()
+        .flat_map(|w| w.join().expect("writer"))
+        .collect();
+    assert!(acked.len() > 20, "only {} writes acknowledged", acked.len());
+
+    // Restarted on the same folder: every acknowledged key is there.
+    let (child, addr) = serve_in(dir.path(), &[]);
+    let missing: Vec<&String> = acked
+        .iter()
+        .filter(|key| body(&get(&addr, &format!("/has?{key}"))) != "yes")
+        .collect();
+    assert_eq!(body(&get(&addr, "/has?never-written")), "no");
+    let log = stop(child);
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged writes lost: {:?}\n{log}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(5)]
+    );
+}

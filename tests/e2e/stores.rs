@@ -1,0 +1,838 @@
+//! Key-value stores: the same conformance tests on the embedded backend and
+//! on a real Redis (started by the test), then through servlets: the visit
+//! counter and the guestbook examples (Rust, native ABI), concurrent
+//! increments, Redis going down and coming back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use swan::config::{StoreConfig, StoreKind, StoreLimits};
+use swan::store::{Store, StoreError};
+use swan_tests::redis::RedisServer;
+use swan_tests::{TestServer, TestSite, eventually};
+
+fn limits() -> StoreLimits {
+    StoreLimits {
+        max_key_bytes: 64,
+        max_value_bytes: 1024,
+        max_ops_per_request: 1000,
+        max_list_keys: 10,
+    }
+}
+
+fn embedded(dir: &std::path::Path) -> Result<Arc<Store>> {
+    Ok(Arc::new(Store::open(&StoreConfig {
+        name: "test".to_owned(),
+        kind: StoreKind::Embedded {
+            path: dir.join("test.redb"),
+        },
+        limits: limits(),
+    })?))
+}
+
+fn redis(server: &RedisServer, name: &str) -> Result<Arc<Store>> {
+    Ok(Arc::new(Store::open(&StoreConfig {
+        name: name.to_owned(),
+        kind: StoreKind::Redis {
+            url: server.url(),
+            connections: 2,
+            timeout: Duration::from_secs(1),
+        },
+        limits: limits(),
+    })?))
+}
+
+/// Every operation, its edge cases and its limits.
+async fn conformance(store: Arc<Store>) -> Result<()> {
+    let kind = store.kind();
+    assert_eq!(store.get("missing").await?, None, "{kind}");
+    store.set("a", Bytes::from("1"), None).await?;
+    assert_eq!(store.get("a").await?, Some(Bytes::from("1")), "{kind}");
+    assert!(store.exists("a").await?);
+    store.set("a", Bytes::from("2"), None).await?;
+    assert_eq!(store.get("a").await?, Some(Bytes::from("2")));
+    assert!(store.delete("a").await?);
+    assert!(!store.delete("a").await?);
+    assert!(!store.exists("a").await?);
+    // Empty values and binary values are values.
+    store.set("empty", Bytes::new(), None).await?;
+    assert_eq!(store.get("empty").await?, Some(Bytes::new()), "{kind}");
+    store
+        .set("bin", Bytes::from(vec![0u8, 255, 10]), None)
+        .await?;
+    assert_eq!(
+        store.get("bin").await?,
+        Some(Bytes::from(vec![0u8, 255, 10]))
+    );
+    // Time to live.
+    store
+        .set("short", Bytes::from("x"), Some(Duration::from_millis(200)))
+        .await?;
+    assert!(store.exists("short").await?);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!store.exists("short").await?, "{kind}: ttl");
+    // Setting again without a TTL makes a key permanent.
+    store
+        .set("kept", Bytes::from("x"), Some(Duration::from_millis(200)))
+        .await?;
+    store.set("kept", Bytes::from("y"), None).await?;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(store.get("kept").await?, Some(Bytes::from("y")), "{kind}");
+    // Increment.
+    assert_eq!(store.increment("n", 5).await?, 5);
+    assert_eq!(store.increment("n", -2).await?, 3);
+    assert_eq!(store.get("n").await?, Some(Bytes::from("3")));
+    assert_eq!(
+        store.increment("bin", 1).await,
+        Err(StoreError::NotANumber),
+        "{kind}"
+    );
+    // Compare-and-swap.
+    assert!(store.compare_and_swap("c", None, Bytes::from("v1")).await?);
+    assert!(!store.compare_and_swap("c", None, Bytes::from("v2")).await?);
+    assert!(
+        !store
+            .compare_and_swap("c", Some(Bytes::from("no")), Bytes::from("v2"))
+            .await?
+    );
+    assert!(
+        store
+            .compare_and_swap("c", Some(Bytes::from("v1")), Bytes::from("v2"))
+            .await?
+    );
+    assert_eq!(store.get("c").await?, Some(Bytes::from("v2")));
+    // Listing by prefix, a page at a time: every key exactly once.
+    for i in 0..25 {
+        store
+            .set(&format!("p:{i:02}"), Bytes::from("x"), None)
+            .await?;
+    }
+    store.set("q:other", Bytes::from("x"), None).await?;
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    for _ in 0..100 {
+        let page = store.list("p:", cursor, 10).await?;
+        assert!(
+            page.keys.len() <= 10,
+            "{kind}: a page of {}",
+            page.keys.len()
+        );
+        seen.extend(page.keys);
+        cursor = page.cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 25, "{kind}: {seen:?}");
+    assert!(seen.iter().all(|k| k.starts_with("p:")));
+    // Keys deleted and added between pages never make the listing skip a
+    // key that was there all along.
+    let first = store.list("p:", None, 5).await?;
+    assert_eq!(first.keys.len(), 5, "{kind}");
+    for k in &first.keys {
+        store.delete(k).await?;
+    }
+    store.set("p:!new", Bytes::from("x"), None).await?;
+    let mut rest = Vec::new();
+    let mut cursor = first.cursor;
+    for _ in 0..100 {
+        let Some(c) = cursor else { break };
+        let page = store.list("p:", Some(c), 5).await?;
+        assert!(
+            page.keys.len() <= 5,
+            "{kind}: a page of {}",
+            page.keys.len()
+        );
+        rest.extend(page.keys);
+        cursor = page.cursor;
+    }
+    for k in seen.iter().filter(|k| !first.keys.contains(k)) {
+        assert!(rest.contains(k), "{kind}: {k} was skipped after deletions");
+    }
+    // A cursor the store never gave is an error, not a wrong page.
+    if kind == "embedded" {
+        assert!(store.list("p:", Some(987_654_321), 5).await.is_err());
+    }
+    // Limits.
+    let long_key = "k".repeat(65);
+    assert!(
+        matches!(store.get(&long_key).await, Err(StoreError::Limit(_))),
+        "{kind}"
+    );
+    assert!(matches!(
+        store.set("big", Bytes::from(vec![0u8; 1025]), None).await,
+        Err(StoreError::Limit(_))
+    ));
+    Ok(())
+}
+
+/// 1,000 concurrent increments end at exactly 1,000; concurrent
+/// read-modify-CAS loops lose no update.
+async fn contention(store: Arc<Store>) -> Result<()> {
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    store.increment("hits", 1).await?;
+                }
+                Ok::<_, StoreError>(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    assert_eq!(
+        store.get("hits").await?,
+        Some(Bytes::from("1000")),
+        "{}",
+        store.kind()
+    );
+    store.set("cas", Bytes::from("0"), None).await?;
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut done = 0;
+                let mut attempts = 0;
+                while done < 20 && attempts < 10_000 {
+                    attempts += 1;
+                    let current = store.get("cas").await?;
+                    let n: u64 = current
+                        .as_ref()
+                        .and_then(|b| std::str::from_utf8(b).ok())
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                    let next = Bytes::from((n + 1).to_string());
+                    if store.compare_and_swap("cas", current, next).await? {
+                        done += 1;
+                    }
+                }
+                Ok::<_, StoreError>(done)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    assert_eq!(total, 200);
+    assert_eq!(
+        store.get("cas").await?,
+        Some(Bytes::from("200")),
+        "{}",
+        store.kind()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_store_passes_the_conformance_tests() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    conformance(embedded(dir.path())?).await?;
+    contention(embedded(&dir.path().join("other"))?).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_store_passes_the_conformance_tests() -> Result<()> {
+    let server = RedisServer::start()?;
+    conformance(redis(&server, "one")?).await?;
+    contention(redis(&server, "two")?).await?;
+    // Stores are namespaced: the same key in two stores is two keys.
+    let a = redis(&server, "a")?;
+    let b = redis(&server, "b")?;
+    a.set("k", Bytes::from("in a"), None).await?;
+    assert_eq!(b.get("k").await?, None);
+    Ok(())
+}
+
+#[test]
+fn an_embedded_store_keeps_its_data_across_a_reopen() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let store = embedded(dir.path())?;
+        store.set("kept", Bytes::from("yes"), None).await?;
+        anyhow::Ok(())
+    })?;
+    rt.block_on(async {
+        let store = embedded(dir.path())?;
+        assert_eq!(store.get("kept").await?, Some(Bytes::from("yes")));
+        anyhow::Ok(())
+    })
+}
+
+/// A site with the store examples, on `store_toml` stores.
+async fn start(store_toml: &str) -> Result<(TestSite, TestServer)> {
+    swan_tests::init_logs();
+    let examples = swan_tests::example_servlets()?;
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    for name in ["visits", "guestbook"] {
+        site.file(
+            &format!("servlets/{name}.wasm"),
+            std::fs::read(examples.join(format!("{name}.wasm")))?,
+        )?;
+    }
+    let config = site.config(&format!(
+        "[server]\nmax_instances = 64\n{store_toml}\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nprewarm = 2\nstores = [\"default\"]\n"
+    ))?;
+    let server = TestServer::start(config).await?;
+    Ok((site, server))
+}
+
+async fn counter_and_guestbook(server: &TestServer) -> Result<()> {
+    let first: u64 = server.get("/visits").await?.text().parse()?;
+    let second: u64 = server.get("/visits").await?.text().parse()?;
+    assert_eq!(second, first + 1);
+    // 200 increments from 20 concurrent clients: none lost.
+    let clients: Vec<_> = (0..20)
+        .map(|_| {
+            let url = server.url("/visits");
+            tokio::spawn(async move {
+                let client = hyper_util::client::legacy::Client::builder(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .build_http::<Full<Bytes>>();
+                for _ in 0..10 {
+                    let res = client
+                        .request(Request::get(url.clone()).body(Full::default())?)
+                        .await?;
+                    anyhow::ensure!(res.status() == StatusCode::OK, "{}", res.status());
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for c in clients {
+        c.await??;
+    }
+    let last: u64 = server.get("/visits").await?.text().parse()?;
+    assert_eq!(last, second + 201);
+    // The guestbook: post, list, delete.
+    for (name, message) in [("Ada", "hello"), ("Grace", "hi there")] {
+        let r = server
+            .send(
+                Request::post(server.url("/guestbook")).body(Full::new(Bytes::from(format!(
+                    r#"{{"name":"{name}","message":"{message}"}}"#
+                ))))?,
+            )
+            .await?;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    }
+    let list = server.get("/guestbook").await?.text();
+    assert!(list.contains("Ada") && list.contains("Grace"), "{list}");
+    let id = list
+        .split("\"id\":")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .unwrap_or("0")
+        .to_owned();
+    let r = server
+        .send(Request::delete(server.url(&format!("/guestbook/{id}"))).body(Full::default())?)
+        .await?;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = server
+        .send(Request::delete(server.url(&format!("/guestbook/{id}"))).body(Full::default())?)
+        .await?;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert!(!server.get("/guestbook").await?.text().contains("Ada"));
+    let bad = server
+        .send(Request::post(server.url("/guestbook")).body(Full::new(Bytes::from("{")))?)
+        .await?;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    Ok(())
+}
+
+#[tokio::test]
+async fn native_servlets_keep_state_in_the_default_embedded_store() -> Result<()> {
+    let (site, server) = start("").await?;
+    counter_and_guestbook(&server).await?;
+    // The implicit default store lives next to the configuration.
+    assert!(site.path().join("data/default.redb").is_file());
+    Ok(())
+}
+
+#[tokio::test]
+async fn native_servlets_keep_state_in_redis() -> Result<()> {
+    let redis = RedisServer::start()?;
+    let (_site, server) = start(&format!(
+        "[[store]]\nname = \"default\"\nkind = \"redis\"\nurl = {:?}\n",
+        redis.url()
+    ))
+    .await?;
+    counter_and_guestbook(&server).await
+}
+
+/// Opens `default`, increments `visits`, traps on any error: a servlet that
+/// does not handle a store failure.
+const CARELESS: &str = r#"(module
+  (import "swan" "kv_open" (func $open (param i32 i32) (result i32)))
+  (import "swan" "kv_increment" (func $incr (param i32 i32 i32 i64 i32) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "default")
+  (data (i32.const 16) "visits")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (local $h i32)
+    (local.set $h (call $open (i32.const 0) (i32.const 7)))
+    (if (i32.lt_s (local.get $h) (i32.const 0)) (then unreachable))
+    (if (i32.lt_s (call $incr (local.get $h) (i32.const 16) (i32.const 6) (i64.const 1) (i32.const 64)) (i32.const 0))
+      (then unreachable))
+    (drop (call $write (i32.const 16) (i32.const 6)))
+    i32.const 0))"#;
+
+#[tokio::test]
+async fn redis_going_down_gives_503_and_coming_back_needs_no_restart() -> Result<()> {
+    let mut redis = RedisServer::start()?;
+    let (site, server) = start(&format!(
+        "[[store]]\nname = \"default\"\nkind = \"redis\"\nurl = {:?}\n",
+        redis.url()
+    ))
+    .await?;
+    drop(server);
+    site.file("servlets/careless.wasm", wat::parse_str(CARELESS)?)?;
+    let config = site.config(&format!(
+        "[server]\nmax_instances = 64\n[[store]]\nname = \"default\"\nkind = \"redis\"\nurl = {:?}\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nprewarm = 1\nstores = [\"default\"]\n",
+        redis.url()
+    ))?;
+    let server = TestServer::start(config).await?;
+    let first = server.get("/visits").await?;
+    assert_eq!(first.text(), "1", "{}", first.status);
+    assert_eq!(server.get("/careless").await?.status, StatusCode::OK);
+    redis.stop();
+    // The example handles the error itself; the careless one traps, and
+    // swan answers 503 for it, not 500. Static files are unaffected.
+    let r = server.get("/visits").await?;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    let r = server.get("/careless").await?;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.header("retry-after"), "1");
+    assert_eq!(server.get("/").await?.text(), "home");
+    redis.restart()?;
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            server
+                .get("/careless")
+                .await
+                .is_ok_and(|r| r.status == StatusCode::OK)
+        })
+        .await,
+        "calls did not work again after Redis came back"
+    );
+    Ok(())
+}
+
+#[test]
+fn stores_are_checked_at_configuration_load() -> Result<()> {
+    let site = TestSite::new()?;
+    site.dir("www")?;
+    for (toml, expect) in [
+        (
+            "[[site]]\nroot = \"www\"\n[site.servlet]\nstores = [\"nope\"]\n",
+            "no store is named \"nope\"",
+        ),
+        (
+            "[[store]]\nname = \"a\"\nkind = \"redis\"\nurl = \"http://x\"\n[[site]]\nroot = \"www\"\n",
+            "is not a Redis URL",
+        ),
+        (
+            "[[store]]\nname = \"a\"\nkind = \"embedded\"\n[[store]]\nname = \"a\"\nkind = \"embedded\"\n[[site]]\nroot = \"www\"\n",
+            "two stores are named \"a\"",
+        ),
+        (
+            "[[store]]\nname = \"a\"\nkind = \"disk\"\n[[site]]\nroot = \"www\"\n",
+            "unknown store kind",
+        ),
+        (
+            "[[store]]\nname = \"a\"\nkind = \"embedded\"\npath = \"x.redb\"\n[[store]]\nname = \"b\"\nkind = \"embedded\"\npath = \"x.redb\"\n[[site]]\nroot = \"www\"\n",
+            "stores \"a\" and \"b\" share the file",
+        ),
+        (
+            "[[store]]\nname = \"a\"\nkind = \"redis\"\nurl = \"redis://:pw@host:99999\"\n[[site]]\nroot = \"www\"\n",
+            "is not a Redis URL",
+        ),
+        (
+            "[[store]]\nname = \"a\"\nkind = \"redis\"\n[[site]]\nroot = \"www\"\n",
+            "needs `url` or `url_env`",
+        ),
+        (
+            "[[store]]\nname = \"a\"\nkind = \"redis\"\nurl = \"redis://h\"\nurl_env = \"X\"\n[[site]]\nroot = \"www\"\n",
+            "are both set",
+        ),
+        (
+            "[[store]]\nname = \"a\"\nkind = \"embedded\"\nurl = \"redis://h\"\n[[site]]\nroot = \"www\"\n",
+            "an embedded store has no `url`",
+        ),
+        (
+            "[[store]]\nname = \"a\"\nkind = \"redis\"\nurl = \"redis://h\"\nconnections = 0\n[[site]]\nroot = \"www\"\n",
+            "must be at least 1",
+        ),
+        (
+            "[[store]]\nname = \"a\"\nkind = \"embedded\"\ntimeout = \"1s\"\n[[site]]\nroot = \"www\"\n",
+            "it is a Redis setting",
+        ),
+        (
+            "[[store]]\nname = \"a b\"\nkind = \"embedded\"\n[[site]]\nroot = \"www\"\n",
+            "is not a store name",
+        ),
+        (
+            "[[store]]\nname = \"a\"\nkind = \"embedded\"\nmax_value_bytes = 0\n[[site]]\nroot = \"www\"\n",
+            "must be at least 1 byte",
+        ),
+        (
+            "[[store]]\nname = \"a\"\nkind = \"embedded\"\nmax_size = 5\n[[site]]\nroot = \"www\"\n",
+            "max_size",
+        ),
+    ] {
+        let err = match site.config(toml) {
+            Ok(_) => anyhow::bail!("accepted: {toml}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(expect), "{toml}\n{err}");
+        assert!(!err.contains("pw@"), "a password in an error: {err}");
+        // Every error names the file and line, and gives a hint.
+        assert!(err.contains("swan.toml:") && err.contains("hint"), "{err}");
+    }
+    Ok(())
+}
+
+/// A site serving the `state-rust` component (wasi:keyvalue) as
+/// `visits.wasm` and `guestbook.wasm`, on `store_toml` stores.
+async fn start_component(store_toml: &str) -> Result<(TestSite, TestServer)> {
+    swan_tests::init_logs();
+    let built = swan_tests::example_components(&["state"])?;
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    for name in ["visits", "guestbook"] {
+        site.file(
+            &format!("servlets/{name}.wasm"),
+            std::fs::read(built.join("state-rust.wasm"))?,
+        )?;
+    }
+    let config = site.config(&format!(
+        "[server]\nmax_instances = 64\n{store_toml}\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nprewarm = 2\nstores = [\"default\"]\n"
+    ))?;
+    let server = TestServer::start(config).await?;
+    Ok((site, server))
+}
+
+#[tokio::test]
+async fn components_keep_state_in_the_embedded_store_through_wasi_keyvalue() -> Result<()> {
+    let (_site, server) = start_component("").await?;
+    counter_and_guestbook(&server).await
+}
+
+#[tokio::test]
+async fn components_keep_state_in_redis_through_wasi_keyvalue() -> Result<()> {
+    let redis = RedisServer::start()?;
+    let (_site, server) = start_component(&format!(
+        "[[store]]\nname = \"default\"\nkind = \"redis\"\nurl = {:?}\n",
+        redis.url()
+    ))
+    .await?;
+    counter_and_guestbook(&server).await?;
+    // Redis going away: the component handles the error with its own 503.
+    drop(redis);
+    let r = server.get("/visits").await?;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+    Ok(())
+}
+
+/// Opens the store named by the request body and answers the code
+/// `kv_open` returned, as one decimal digit after a minus sign or "ok".
+const OPENER: &str = r#"(module
+  (import "swan" "kv_open" (func $open (param i32 i32) (result i32)))
+  (import "swan" "request_get" (func $get (param i32 i32 i32) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 100) "ok")
+  (data (i32.const 110) "-")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (local $n i32) (local $h i32)
+    (local.set $n (call $get (i32.const 5) (i32.const 0) (i32.const 64)))
+    (local.set $h (call $open (i32.const 0) (local.get $n)))
+    (if (i32.ge_s (local.get $h) (i32.const 0))
+      (then (drop (call $write (i32.const 100) (i32.const 2))))
+      (else
+        (i32.store8 (i32.const 111) (i32.sub (i32.const 48) (local.get $h)))
+        (drop (call $write (i32.const 110) (i32.const 2)))))
+    i32.const 0))"#;
+
+#[tokio::test]
+async fn a_servlet_opens_only_the_stores_its_route_lists() -> Result<()> {
+    swan_tests::init_logs();
+    let built = swan_tests::example_components(&["state"])?;
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    site.file("servlets/opener.wasm", wat::parse_str(OPENER)?)?;
+    site.file(
+        "servlets/visits.wasm",
+        std::fs::read(built.join("state-rust.wasm"))?,
+    )?;
+    let config = site.config(
+        "[[store]]\nname = \"a\"\nkind = \"embedded\"\npath = \"data/a.redb\"\n\
+         [[store]]\nname = \"default\"\nkind = \"embedded\"\npath = \"data/d.redb\"\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n\
+         [site.servlet]\nstores = [\"a\"]\n",
+    )?;
+    let server = TestServer::start(config).await?;
+    let server = &server;
+    let open = |name: &'static str| {
+        let url = server.url("/opener");
+        async move {
+            let r = server
+                .send(Request::post(url).body(Full::new(Bytes::from(name)))?)
+                .await?;
+            anyhow::ensure!(r.status == StatusCode::OK, "{}", r.status);
+            Ok::<_, anyhow::Error>(r.text())
+        }
+    };
+    // Listed: opens. Configured but not listed, or not configured: denied
+    // (-2), the same answer, so a servlet cannot probe which stores exist.
+    assert_eq!(open("a").await?, "ok");
+    assert_eq!(open("default").await?, "-2");
+    assert_eq!(open("nope").await?, "-2");
+    assert_eq!(open("").await?, "-2");
+    // The component is refused `default` the same way.
+    let r = server.get("/visits").await?;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(r.text().contains("AccessDenied"), "{}", r.text());
+    Ok(())
+}
+
+/// A site with the kv-ops guests (`/native`, `/component`), granted
+/// `default` on `kind_toml` with small limits, and a second store `other`
+/// they are not granted.
+async fn start_ops(kind_toml: &str) -> Result<(TestSite, TestServer)> {
+    swan_tests::init_logs();
+    let native = swan_tests::guest("kv-ops-native", "wasm32-wasip1")?;
+    let component = swan_tests::guest("kv-ops-component", "wasm32-wasip2")?;
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    site.file("servlets/native.wasm", std::fs::read(native)?)?;
+    site.file("servlets/component.wasm", std::fs::read(component)?)?;
+    let config = site.config(&format!(
+        "[[store]]\nname = \"default\"\n{kind_toml}\nmax_key_bytes = 64\nmax_value_bytes = 128\n\
+         max_ops_per_request = 20\nmax_list_keys = 4\n\
+         [[store]]\nname = \"other\"\nkind = \"embedded\"\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nstores = [\"default\"]\n"
+    ))?;
+    let server = TestServer::start(config).await?;
+    Ok((site, server))
+}
+
+/// Every operation, its edge cases and its limits, through one servlet.
+async fn every_operation(server: &TestServer, servlet: &str) -> Result<()> {
+    let op = |query: String| {
+        let path = format!("/{servlet}?{query}");
+        async move {
+            let r = server.get(&path).await?;
+            anyhow::ensure!(r.status == StatusCode::OK, "{query}: {}", r.status);
+            Ok::<_, anyhow::Error>(r.text())
+        }
+    };
+    let k = |name: &str| format!("{servlet}:{name}");
+    // get, set, exists, delete.
+    assert_eq!(op(format!("op=get&key={}", k("a"))).await?, "absent");
+    assert_eq!(op(format!("op=set&key={}&value=1", k("a"))).await?, "ok");
+    assert_eq!(op(format!("op=get&key={}", k("a"))).await?, "value:1");
+    assert_eq!(op(format!("op=set&key={}&value=", k("empty"))).await?, "ok");
+    assert_eq!(op(format!("op=get&key={}", k("empty"))).await?, "value:");
+    assert_eq!(op(format!("op=has&key={}", k("a"))).await?, "true");
+    assert_eq!(op(format!("op=has&key={}", k("b"))).await?, "false");
+    // increment: from absent, by a delta, on a number set as text, on text.
+    assert_eq!(op(format!("op=incr&key={}&delta=5", k("n"))).await?, "5");
+    assert_eq!(op(format!("op=incr&key={}", k("n"))).await?, "6");
+    assert_eq!(op(format!("op=incr&key={}", k("a"))).await?, "2");
+    assert_eq!(op(format!("op=get&key={}", k("n"))).await?, "value:6");
+    assert_eq!(op(format!("op=set&key={}&value=x", k("s"))).await?, "ok");
+    assert_eq!(
+        op(format!("op=incr&key={}", k("s"))).await?,
+        "err:NotANumber"
+    );
+    // compare-and-swap: only-if-absent, stale expectations lose.
+    assert_eq!(op(format!("op=cas&key={}&new=v1", k("c"))).await?, "true");
+    assert_eq!(op(format!("op=cas&key={}&new=v9", k("c"))).await?, "false");
+    assert_eq!(
+        op(format!("op=cas&key={}&expect=v1&new=v2", k("c"))).await?,
+        "true"
+    );
+    assert_eq!(
+        op(format!("op=cas&key={}&expect=v1&new=v3", k("c"))).await?,
+        "false"
+    );
+    assert_eq!(op(format!("op=get&key={}", k("c"))).await?, "value:v2");
+    // delete says whether the key was there.
+    assert_eq!(op(format!("op=del&key={}", k("a"))).await?, "true");
+    assert_eq!(op(format!("op=del&key={}", k("a"))).await?, "false");
+    assert_eq!(op(format!("op=has&key={}", k("a"))).await?, "false");
+    // A time-to-live: there, then gone.
+    assert_eq!(
+        op(format!("op=set&key={}&value=t&ttl=300", k("t"))).await?,
+        "ok"
+    );
+    assert_eq!(op(format!("op=get&key={}", k("t"))).await?, "value:t");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(op(format!("op=get&key={}", k("t"))).await?, "absent");
+    assert_eq!(op(format!("op=has&key={}", k("t"))).await?, "false");
+    // Listing by prefix, 4 keys a page: every key once, nothing else.
+    for i in 0..10 {
+        op(format!("op=set&key={}{i:02}&value=v", k("l:"))).await?;
+    }
+    op(format!("op=set&key={}&value=v", k("l"))).await?; // not under "l:"
+    let (mut seen, mut cursor, mut pages) = (Vec::new(), String::new(), 0);
+    loop {
+        let page = op(format!("op=list&prefix={}&cursor={cursor}", k("l:"))).await?;
+        let (c, keys) = page
+            .strip_prefix("cursor=")
+            .and_then(|p| p.split_once(";keys="))
+            .ok_or_else(|| anyhow::anyhow!("bad page {page}"))?;
+        let keys: Vec<String> = keys
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        assert!(keys.len() <= 4, "{page}");
+        seen.extend(keys);
+        pages += 1;
+        anyhow::ensure!(pages < 20, "the cursor never ends");
+        if c.is_empty() {
+            break;
+        }
+        cursor = c.to_owned();
+    }
+    seen.sort();
+    let expected: Vec<String> = (0..10).map(|i| format!("{}{i:02}", k("l:"))).collect();
+    assert_eq!(seen, expected);
+    // Limits: key, value, operations per request.
+    let long_key = "k".repeat(65);
+    assert_eq!(
+        op(format!("op=set&key={long_key}&value=v")).await?,
+        "err:Limit"
+    );
+    assert_eq!(op(format!("op=get&key={long_key}")).await?, "err:Limit");
+    let long_value = "v".repeat(129);
+    assert_eq!(
+        op(format!("op=set&key={}&value={long_value}", k("big"))).await?,
+        "err:Limit"
+    );
+    assert_eq!(op(format!("op=has&key={}", k("big"))).await?, "false");
+    assert_eq!(
+        op(format!("op=set&key={}&value={}", k("big"), "v".repeat(128))).await?,
+        "ok"
+    );
+    assert_eq!(op(format!("op=burst&key={}&n=20", k("burst"))).await?, "20");
+    assert_eq!(
+        op(format!("op=burst&key={}&n=21", k("burst"))).await?,
+        "err:Limit"
+    );
+    // The limit is per request: the next request starts again.
+    assert_eq!(op(format!("op=incr&key={}", k("burst"))).await?, "41");
+    // A store the route does not list, and one that does not exist.
+    assert_eq!(
+        op(format!("store=other&op=get&key={}", k("a"))).await?,
+        "err:Denied"
+    );
+    assert_eq!(
+        op(format!("store=nope&op=get&key={}", k("a"))).await?,
+        "err:Denied"
+    );
+    Ok(())
+}
+
+/// What only wasi:keyvalue has: batch calls and listing every key.
+async fn batch_operations(server: &TestServer) -> Result<()> {
+    let op = |query: &str| {
+        let path = format!("/component?{query}");
+        async move { Ok::<_, anyhow::Error>(server.get(&path).await?.text()) }
+    };
+    assert_eq!(op("op=setmany&keys=b:1,b:2,b:3&value=x").await?, "ok");
+    assert_eq!(
+        op("op=many&keys=b:1,b:9,b:3").await?,
+        "b:1=x,b:9=absent,b:3=x"
+    );
+    assert_eq!(op("op=delmany&keys=b:1,b:2").await?, "ok");
+    assert_eq!(
+        op("op=many&keys=b:1,b:2,b:3").await?,
+        "b:1=absent,b:2=absent,b:3=x"
+    );
+    // A batch counts one operation per key.
+    let keys: Vec<String> = (0..25).map(|i| format!("b:{i}")).collect();
+    assert_eq!(
+        op(&format!("op=many&keys={}", keys.join(","))).await?,
+        "err:Limit"
+    );
+    // list-keys pages through every key of the store, 4 at a time.
+    let (mut all, mut cursor) = (Vec::new(), String::new());
+    for _ in 0..100 {
+        let page = op(&format!("op=listall&cursor={cursor}")).await?;
+        let (c, keys) = page
+            .strip_prefix("cursor=")
+            .and_then(|p| p.split_once(";keys="))
+            .ok_or_else(|| anyhow::anyhow!("bad page {page}"))?;
+        assert!(keys.split(',').count() <= 4, "{page}");
+        all.extend(keys.split(',').filter(|k| !k.is_empty()).map(str::to_owned));
+        if c.is_empty() {
+            break;
+        }
+        cursor = c.to_owned();
+    }
+    assert!(all.iter().any(|k| k == "b:3"), "{all:?}");
+    assert!(!all.iter().any(|k| k == "b:1"), "{all:?}");
+    assert!(all.iter().any(|k| k == "native:n") && all.iter().any(|k| k == "component:n"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_operation_works_for_both_servlet_kinds_on_the_embedded_store() -> Result<()> {
+    let (_site, server) = start_ops("kind = \"embedded\"").await?;
+    every_operation(&server, "native").await?;
+    every_operation(&server, "component").await?;
+    batch_operations(&server).await
+}
+
+#[tokio::test]
+async fn every_operation_works_for_both_servlet_kinds_on_redis() -> Result<()> {
+    let redis = RedisServer::start()?;
+    let (_site, server) = start_ops(&format!("kind = \"redis\"\nurl = {:?}", redis.url())).await?;
+    every_operation(&server, "native").await?;
+    every_operation(&server, "component").await?;
+    batch_operations(&server).await
+}
+
+#[tokio::test]
+async fn the_assemblyscript_example_counts_visits_through_the_raw_abi() -> Result<()> {
+    swan_tests::init_logs();
+    let examples = swan_tests::example_servlets()?;
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    site.file(
+        "servlets/hello-as.wasm",
+        std::fs::read(examples.join("hello-as.wasm"))?,
+    )?;
+    site.file(
+        "denied/hello-as.wasm",
+        std::fs::read(examples.join("hello-as.wasm"))?,
+    )?;
+    let config = site.config(
+        "[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nstores = [\"default\"]\n\
+         [[site.route]]\npath = \"/denied/*\"\nservlet = \"denied/hello-as.wasm\"\nstores = []\n",
+    )?;
+    let server = TestServer::start(config).await?;
+    assert_eq!(server.get("/hello-as/visits").await?.text(), "visits: 1\n");
+    assert_eq!(server.get("/hello-as/visits").await?.text(), "visits: 2\n");
+    let r = server.get("/denied/visits").await?;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(r.text(), "store error -2\n");
+    Ok(())
+}
