@@ -1,7 +1,8 @@
 //! Configuration: `swan.toml` and command-line flags turned into a
 //! validated [`Config`].
 //!
-//! - `types`: what a configuration is, with every default;
+//! - `types`: what a configuration is, with every default (`store` and
+//!   `outbound`: the `[[store]]` and outbound-HTTP parts);
 //! - `reader`: a typed reader over toml's spanned tree, so that one run
 //!   reports every problem with its line, column and a hint;
 //! - `read`: the file read key by key into the types;
@@ -13,14 +14,18 @@
 //! good.
 
 mod error;
+mod outbound;
 mod read;
 mod reader;
+mod store;
 mod types;
 mod validate;
 
 use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, Problem};
+pub use outbound::*;
+pub use store::*;
 pub use types::*;
 
 use reader::Diagnostics;

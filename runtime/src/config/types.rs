@@ -11,6 +11,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::outbound::OutboundConfig;
+use super::store::StoreConfig;
+
 /// Address served when neither the config file nor `--listen` names one.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Config file looked for in the current folder when `--config` is not given.
@@ -59,15 +62,6 @@ pub const DEFAULT_SERVLET_MAX_CONCURRENCY: u64 = 64;
 pub const DEFAULT_SERVLET_QUEUE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Instances of each servlet kept instantiated ahead of requests.
 pub const DEFAULT_SERVLET_PREWARM: u64 = 4;
-/// Time an outbound request may take to connect (and, for HTTPS, finish
-/// its handshake).
-pub const DEFAULT_OUTBOUND_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Time an outbound request may wait for the response head.
-pub const DEFAULT_OUTBOUND_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Time an outbound request may take in all, body included.
-pub const DEFAULT_OUTBOUND_TIMEOUT: Duration = Duration::from_secs(60);
-/// Outbound requests one servlet may have in flight.
-pub const DEFAULT_OUTBOUND_CONCURRENCY: u64 = 16;
 /// Largest linear memory a servlet may be allowed (wasm32's 4 GiB).
 pub(crate) const MAX_SERVLET_MEMORY: u64 = 4 << 30;
 /// Smallest `max_header_bytes` accepted: hyper reads heads into a buffer of
@@ -96,21 +90,6 @@ impl RuntimeModel {
     }
 }
 
-/// Largest key a store accepts, in bytes.
-pub const DEFAULT_STORE_MAX_KEY_BYTES: u64 = 1 << 10;
-/// Largest value a store accepts, in bytes.
-pub const DEFAULT_STORE_MAX_VALUE_BYTES: u64 = 1 << 20;
-/// Store operations one request may make.
-pub const DEFAULT_STORE_MAX_OPS_PER_REQUEST: u64 = 1000;
-/// Keys one list call returns at most.
-pub const DEFAULT_STORE_MAX_LIST_KEYS: u64 = 1000;
-/// Name of the store routes get when no `[[store]]` is configured.
-pub const DEFAULT_STORE_NAME: &str = "default";
-/// Connections to a Redis store.
-pub const DEFAULT_REDIS_CONNECTIONS: u32 = 2;
-/// Time a Redis command or connection attempt may take.
-pub const DEFAULT_REDIS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -123,112 +102,6 @@ pub struct Config {
     /// Key-value stores servlets may open (`[[store]]`); without any, an
     /// embedded `default` store next to the configuration.
     pub stores: Vec<StoreConfig>,
-}
-
-/// `[[store]]`: a key-value store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreConfig {
-    /// The name servlets open it by, and routes list in `stores`.
-    pub name: String,
-    /// Where the data lives.
-    pub kind: StoreKind,
-    /// Limits on what servlets may do with it.
-    pub limits: StoreLimits,
-}
-
-/// A store's backend.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreKind {
-    /// A crash-safe database file (redb) on this machine.
-    Embedded {
-        /// The file.
-        path: PathBuf,
-    },
-    /// A Redis server, shared by every swan process that names it; keys are
-    /// namespaced `swan:NAME:`.
-    Redis {
-        /// `redis://[user:password@]host[:port][/db]`.
-        url: String,
-        /// Connections kept to Redis (`connections`), each multiplexing
-        /// many calls; calls are spread over them. Default: 2.
-        connections: u32,
-        /// Time a command, or connecting, may take before the call fails
-        /// as unavailable (`timeout`). Default: 1 s.
-        timeout: std::time::Duration,
-    },
-}
-
-/// Limits of a store, each with a documented default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreLimits {
-    /// Largest key, in bytes. Default: 1 KiB.
-    pub max_key_bytes: u64,
-    /// Largest value, in bytes. Default: 1 MiB.
-    pub max_value_bytes: u64,
-    /// Operations one request may make. Default: 1000.
-    pub max_ops_per_request: u64,
-    /// Keys one list call returns at most. Default: 1000.
-    pub max_list_keys: u64,
-}
-
-impl Default for StoreLimits {
-    fn default() -> Self {
-        StoreLimits {
-            max_key_bytes: DEFAULT_STORE_MAX_KEY_BYTES,
-            max_value_bytes: DEFAULT_STORE_MAX_VALUE_BYTES,
-            max_ops_per_request: DEFAULT_STORE_MAX_OPS_PER_REQUEST,
-            max_list_keys: DEFAULT_STORE_MAX_LIST_KEYS,
-        }
-    }
-}
-
-impl StoreKind {
-    /// "embedded PATH" or "redis URL", with any password in the URL
-    /// replaced by `***`: fit for logs and `swan check`.
-    pub fn describe(&self) -> String {
-        match self {
-            StoreKind::Embedded { path } => format!("embedded {}", path.display()),
-            StoreKind::Redis {
-                url,
-                connections,
-                timeout,
-            } => format!(
-                "redis {} ({connections} connection{}, timeout {timeout:?})",
-                redact_url(url),
-                if *connections == 1 { "" } else { "s" }
-            ),
-        }
-    }
-}
-
-/// `url` with the password of its user information replaced by `***`.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
-}
-
-impl StoreConfig {
-    /// The store every configuration has when it declares none: embedded,
-    /// in `data/default.redb` under `base` (the configuration's folder).
-    pub fn implicit_default(base: &std::path::Path) -> StoreConfig {
-        StoreConfig {
-            name: DEFAULT_STORE_NAME.to_owned(),
-            kind: StoreKind::Embedded {
-                path: base.join("data").join("default.redb"),
-            },
-            limits: StoreLimits::default(),
-        }
-    }
 }
 
 impl Config {
@@ -382,151 +255,6 @@ pub struct ServletLimits {
     pub outbound: OutboundConfig,
     /// Key-value stores the servlet may open (`stores`). Default: none.
     pub stores: Vec<String>,
-}
-
-/// What a servlet may reach over HTTP.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutboundConfig {
-    /// Allowed destinations (`allowed_outbound_hosts`). Default: none.
-    pub allowed_hosts: Vec<OutboundRule>,
-    /// Whether names may resolve to loopback, private or link-local
-    /// addresses (`outbound_private`). Default: false.
-    pub allow_private: bool,
-    /// Connect (and TLS handshake) time limit. Default: 5 s.
-    pub connect_timeout: Duration,
-    /// Time to the response head. Default: 30 s.
-    pub first_byte_timeout: Duration,
-    /// Time for the whole exchange. Default: 60 s.
-    pub timeout: Duration,
-    /// Requests in flight at once. Default: 16.
-    pub max_concurrency: u32,
-}
-
-impl Default for OutboundConfig {
-    fn default() -> Self {
-        OutboundConfig {
-            allowed_hosts: Vec::new(),
-            allow_private: false,
-            connect_timeout: DEFAULT_OUTBOUND_CONNECT_TIMEOUT,
-            first_byte_timeout: DEFAULT_OUTBOUND_FIRST_BYTE_TIMEOUT,
-            timeout: DEFAULT_OUTBOUND_TIMEOUT,
-            max_concurrency: DEFAULT_OUTBOUND_CONCURRENCY as u32,
-        }
-    }
-}
-
-/// One `allowed_outbound_hosts` entry: `scheme://host[:port]`. `*` stands
-/// for any scheme, host or port; `*.example.com` for any subdomain; no
-/// port means the scheme's default one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutboundRule {
-    /// `http`, `https`, or `*`.
-    pub scheme: String,
-    /// A lower-case name, an IP address, `*.suffix`, or `*`.
-    pub host: String,
-    /// A port; `None` for `*`, or the scheme's default when not written.
-    pub port: Option<u16>,
-    /// Whether the port was left out (the scheme's default applies).
-    pub default_port: bool,
-}
-
-impl std::fmt::Display for OutboundRule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
-        match (self.port, self.default_port) {
-            (Some(p), _) => write!(f, "{}://{host}:{p}", self.scheme),
-            (None, true) => write!(f, "{}://{host}", self.scheme),
-            (None, false) => write!(f, "{}://{host}:*", self.scheme),
-        }
-    }
-}
-
-impl OutboundRule {
-    /// Parses `scheme://host[:port]`.
-    pub fn parse(s: &str) -> Result<OutboundRule, String> {
-        let (scheme, rest) = s
-            .split_once("://")
-            .ok_or_else(|| format!("{s:?} has no scheme"))?;
-        let scheme = scheme.to_ascii_lowercase();
-        if !matches!(scheme.as_str(), "http" | "https" | "*") {
-            return Err(format!("{s:?}: the scheme must be http, https or *"));
-        }
-        let rest = rest.trim_end_matches('/');
-        if rest.contains(['/', '?', '#', '@']) || rest.is_empty() {
-            return Err(format!("{s:?}: write only scheme://host[:port]"));
-        }
-        let (host, port) = match rest.strip_prefix('[') {
-            // [IPv6]:port
-            Some(v6) => {
-                let (host, after) = v6
-                    .split_once(']')
-                    .ok_or_else(|| format!("{s:?}: unclosed `[`"))?;
-                match after {
-                    "" => (host, None),
-                    _ => (
-                        host,
-                        Some(
-                            after
-                                .strip_prefix(':')
-                                .ok_or_else(|| format!("{s:?}: expected `:port` after `]`"))?,
-                        ),
-                    ),
-                }
-            }
-            None => match rest.rsplit_once(':') {
-                Some((h, p)) => (h, Some(p)),
-                None => (rest, None),
-            },
-        };
-        let host = host.to_ascii_lowercase();
-        if host.is_empty() {
-            return Err(format!("{s:?} has no host"));
-        }
-        let wildcard_ok = host == "*" || host.strip_prefix("*.").is_some_and(|h| !h.contains('*'));
-        if host.contains('*') && !wildcard_ok {
-            return Err(format!(
-                "{s:?}: `*` may only be the whole host or its first label (*.example.com)"
-            ));
-        }
-        let (port, default_port) = match port {
-            None => (None, true),
-            Some("*") => (None, false),
-            Some(p) => (
-                Some(
-                    p.parse::<u16>()
-                        .map_err(|_| format!("{s:?}: {p:?} is not a port"))?,
-                ),
-                false,
-            ),
-        };
-        Ok(OutboundRule {
-            scheme,
-            host,
-            port,
-            default_port,
-        })
-    }
-
-    /// Whether a request to `scheme://host:port` matches this rule.
-    pub fn matches(&self, scheme: &str, host: &str, port: u16) -> bool {
-        let scheme_ok = self.scheme == "*" || self.scheme == scheme;
-        let host_ok = self.host == "*"
-            || self.host == host
-            || self.host.strip_prefix("*.").is_some_and(|suffix| {
-                host.strip_suffix(suffix)
-                    .is_some_and(|h| h.ends_with('.') && h.len() > 1)
-            });
-        let port_ok = match (self.port, self.default_port) {
-            (Some(p), _) => p == port,
-            (None, true) => port == if scheme == "https" { 443 } else { 80 },
-            (None, false) => true,
-        };
-        scheme_ok && host_ok && port_ok
-    }
 }
 
 impl Default for ServletLimits {
@@ -688,36 +416,4 @@ pub struct Overrides {
     pub root: Option<PathBuf>,
     /// `--servlets`: replaces the default site's servlets folder.
     pub servlets: Option<PathBuf>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redis_passwords_never_show() {
-        for (url, shown) in [
-            ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
-            ("redis://:s3cret@host:1/2", "redis://:***@host:1/2"),
-            ("redis://app:s3cret@host", "redis://app:***@host"),
-            (
-                "rediss://app:p@ss:w@rd@host/0?x=1",
-                "rediss://app:***@host/0?x=1",
-            ),
-            ("redis://user@host", "redis://user@host"),
-            ("unix:///run/redis.sock", "unix:///run/redis.sock"),
-        ] {
-            let kind = StoreKind::Redis {
-                url: url.to_owned(),
-                connections: 1,
-                timeout: std::time::Duration::from_secs(1),
-            };
-            assert!(
-                kind.describe().starts_with(&format!("redis {shown} (")),
-                "{}",
-                kind.describe()
-            );
-            assert!(!kind.describe().contains("s3cret"));
-        }
-    }
 }

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use super::error::Problem;
 use super::reader::line_column;
-use super::types::{Config, StoreConfig, StoreKind};
+use super::store::{StoreConfig, StoreKind};
+use super::types::Config;
 
 /// Where a value came from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

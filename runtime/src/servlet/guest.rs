@@ -8,7 +8,6 @@ use std::future::Future;
 use http::Response;
 
 use super::info::CallContext;
-use super::pool::Lease;
 use crate::body::Body;
 use crate::request::RequestError;
 
@@ -25,14 +24,23 @@ pub(crate) trait Guest: Send + Sync + Sized + 'static {
     fn instantiate(&self) -> impl Future<Output = Result<Self::Instance, GuestError>> + Send;
 
     /// Runs one request in the lent instance, and gives the lease back
-    /// ([`Lease::finish`]) when the request is over and went well; a
+    /// ([`Lent::finish`]) when the request is over and went well; a
     /// dropped lease discards the instance.
-    fn handle(
+    fn handle<L: Lent<Self::Instance>>(
         &self,
-        lease: Lease<Self>,
+        lease: L,
         input: Self::Input,
         ctx: &CallContext<'_>,
     ) -> impl Future<Output = Result<Response<Body>, RequestError>> + Send;
+}
+
+/// An instance lent to one request (by the pool: `pool::Lease`). It may
+/// outlive `handle`, held by a response body that is still streaming.
+pub(crate) trait Lent<I>: Send + 'static {
+    /// The instance; `None` only after it was given back.
+    fn instance(&mut self) -> Option<&mut I>;
+    /// The request is over and went well: the instance may serve again.
+    fn finish(self);
 }
 
 /// Why an instance could not be made.

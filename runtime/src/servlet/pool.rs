@@ -19,7 +19,7 @@ use crossbeam_queue::ArrayQueue;
 use http::Response;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::guest::{Guest, GuestError};
+use super::guest::{Guest, GuestError, Lent};
 use super::info::{CallContext, ServletInfo};
 use crate::body::Body;
 use crate::request::RequestError;
@@ -175,15 +175,14 @@ pub(crate) struct Lease<G: Guest> {
     _permit: OwnedSemaphorePermit,
 }
 
-impl<G: Guest> Lease<G> {
-    /// The instance.
-    pub(crate) fn instance(&mut self) -> Option<&mut G::Instance> {
+impl<G: Guest> Lent<G::Instance> for Lease<G> {
+    fn instance(&mut self) -> Option<&mut G::Instance> {
         self.pooled.as_mut().map(|p| &mut p.instance)
     }
 
     /// The request succeeded: the instance goes back to the ready queue if
     /// it may serve another request.
-    pub(crate) fn finish(mut self) {
+    fn finish(mut self) {
         if let Some(mut pooled) = self.pooled.take() {
             pooled.served += 1;
             if pooled.served < self.pool.info.limits.reuse {

@@ -157,7 +157,7 @@ pub(crate) fn document(
         }
     }
     if stores.is_empty() && positions.stores.is_empty() {
-        stores.push(crate::config::types::StoreConfig::implicit_default(base));
+        stores.push(crate::config::store::StoreConfig::implicit_default(base));
     }
     let config = Config {
         file: Some(file.to_path_buf()),

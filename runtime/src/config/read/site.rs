@@ -4,10 +4,10 @@
 use std::path::Path;
 
 use super::{CACHE_KEYS, ROUTE_KEYS, SERVLET_KEYS};
+use crate::config::outbound::OutboundRule;
 use crate::config::reader::{Diagnostics, TableReader};
 use crate::config::types::{
-    CacheConfig, MAX_SERVLET_MEMORY, OutboundRule, RouteConfig, RoutePath, ServletLimits,
-    SiteConfig,
+    CacheConfig, MAX_SERVLET_MEMORY, RouteConfig, RoutePath, ServletLimits, SiteConfig,
 };
 use crate::config::validate::{Origin, RoutePositions, SitePositions};
 

@@ -5,7 +5,7 @@ use std::path::Path;
 use toml::Spanned;
 
 use crate::config::reader::{Diagnostics, TableReader};
-use crate::config::types::{
+use crate::config::store::{
     DEFAULT_REDIS_CONNECTIONS, DEFAULT_REDIS_TIMEOUT, StoreConfig, StoreKind, StoreLimits,
 };
 use crate::config::validate::StorePositions;

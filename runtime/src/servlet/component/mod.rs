@@ -32,10 +32,9 @@ use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 pub(crate) use body::{BodyVerdict, LimitedBody};
 
 use super::LoadError;
-use super::guest::{Guest, GuestError};
+use super::guest::{Guest, GuestError, Lent};
 use super::info::{CallContext, ServletInfo};
 use super::outbound::Outbound;
-use super::pool::Lease;
 use crate::body::Body;
 use crate::engine::{EPOCH_TICK, Engine, Tier};
 use crate::request::RequestError;
@@ -262,9 +261,9 @@ impl Guest for ComponentGuest {
         Ok(ComponentInstance { store, proxy })
     }
 
-    async fn handle(
+    async fn handle<L: Lent<ComponentInstance>>(
         &self,
-        mut lease: Lease<Self>,
+        mut lease: L,
         input: ComponentInput,
         ctx: &CallContext<'_>,
     ) -> Result<Response<Body>, RequestError> {

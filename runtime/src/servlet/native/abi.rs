@@ -11,6 +11,7 @@ use http::header::{HeaderName, HeaderValue};
 use wasmtime::{Caller, Linker};
 
 use super::host::Host;
+use super::memory::{AbiFault, copy_out, memory, read_bytes};
 
 /// The ABI version this host implements.
 pub const ABI_VERSION: i32 = 1;
@@ -47,31 +48,6 @@ const INVALID: i32 = -1;
 /// Return value: the header may not be set by a servlet.
 const FORBIDDEN: i32 = -2;
 
-/// A servlet broke the ABI's contract; its request fails with 500.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum AbiFault {
-    /// A pointer/length pair outside the guest's memory.
-    #[error("servlet passed a buffer outside its memory ({ptr:#x}+{len})")]
-    BadPointer {
-        /// The pointer.
-        ptr: i32,
-        /// The length.
-        len: i32,
-    },
-    /// The module has no exported memory.
-    #[error("servlet has no exported memory")]
-    NoMemory,
-    /// `request_get` with an unknown part.
-    #[error("servlet asked for unknown request part {0}")]
-    UnknownPart(i32),
-    /// The response body grew past the servlet's `max_response_bytes`.
-    #[error("response larger than the limit of {limit} bytes")]
-    ResponseTooLarge {
-        /// The limit.
-        limit: u64,
-    },
-}
-
 /// Adds the `swan` module to a linker.
 pub(crate) fn add_to_linker(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     linker.func_wrap("swan", "request_get", request_get)?;
@@ -81,56 +57,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     linker.func_wrap("swan", "response_header", response_header)?;
     linker.func_wrap("swan", "response_write", response_write)?;
     linker.func_wrap("swan", "log", log)?;
-    super::fetch::add_to_linker(linker)?;
-    super::kv::add_to_linker(linker)?;
     Ok(())
-}
-
-/// The guest range `ptr..ptr+len`, checked against `mem_len`.
-fn range(ptr: i32, len: i32, mem_len: usize) -> Result<std::ops::Range<usize>, AbiFault> {
-    let bad = AbiFault::BadPointer { ptr, len };
-    if ptr < 0 || len < 0 {
-        return Err(bad);
-    }
-    let start = ptr as usize;
-    let end = start
-        .checked_add(len as usize)
-        .ok_or(AbiFault::BadPointer { ptr, len })?;
-    if end > mem_len {
-        return Err(bad);
-    }
-    Ok(start..end)
-}
-
-pub(super) fn memory(caller: &mut Caller<'_, Host>) -> Result<wasmtime::Memory, AbiFault> {
-    if let Some(m) = caller.data().memory {
-        return Ok(m);
-    }
-    let m = caller
-        .get_export("memory")
-        .and_then(|e| e.into_memory())
-        .ok_or(AbiFault::NoMemory)?;
-    caller.data_mut().memory = Some(m);
-    Ok(m)
-}
-
-/// Copies as much of `src` as fits into guest `buf_ptr..+buf_len`; returns
-/// the full length of `src` so the guest can retry with a larger buffer.
-pub(super) fn copy_out(
-    mem: &mut [u8],
-    src: &[u8],
-    buf_ptr: i32,
-    buf_len: i32,
-) -> Result<i32, AbiFault> {
-    let dst = range(buf_ptr, buf_len, mem.len())?;
-    let n = src.len().min(dst.len());
-    mem[dst.start..dst.start + n].copy_from_slice(&src[..n]);
-    Ok(i32::try_from(src.len()).unwrap_or(i32::MAX))
-}
-
-/// Reads a guest string (lossy: names are ASCII by contract).
-pub(super) fn read_bytes(mem: &[u8], ptr: i32, len: i32) -> Result<&[u8], AbiFault> {
-    Ok(&mem[range(ptr, len, mem.len())?])
 }
 
 fn request_get(
@@ -279,19 +206,4 @@ fn log(mut caller: Caller<'_, Host>, level: i32, ptr: i32, len: i32) -> wasmtime
         _ => tracing::debug!(%servlet, request_id = %id, "{text}"),
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges_are_checked_against_memory() {
-        assert_eq!(range(0, 10, 10).ok(), Some(0..10));
-        assert!(range(1, 10, 10).is_err());
-        assert!(range(-1, 1, 10).is_err());
-        assert!(range(5, -1, 10).is_err());
-        assert!(range(i32::MAX, i32::MAX, usize::MAX).is_ok());
-        assert!(range(i32::MAX, 1, 100).is_err());
-    }
 }

@@ -14,16 +14,8 @@ use http::{Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
 use wasmtime::{Caller, Linker};
 
-use super::abi::{copy_out, memory, read_bytes};
-use super::host::Host;
-
-/// A response fetched by `http_send`, kept for `http_response_get`.
-#[derive(Debug, Default)]
-pub(crate) struct Fetched {
-    /// `name: value\n` lines.
-    pub(crate) headers: Bytes,
-    pub(crate) body: Bytes,
-}
+use super::host::{Fetched, Host};
+use super::memory::{copy_out, memory, read_bytes};
 
 /// Parts for `http_response_get`.
 const PART_HEADERS: i32 = 0;

@@ -15,7 +15,13 @@ use crate::servlet::outbound::Outbound;
 use crate::servlet::output::GuestOutput;
 use crate::store::{Store, StoreAccess};
 
-use super::fetch::Fetched;
+/// A response fetched by `http_send`, kept for `http_response_get`.
+#[derive(Debug, Default)]
+pub(crate) struct Fetched {
+    /// `name: value\n` lines.
+    pub(crate) headers: Bytes,
+    pub(crate) body: Bytes,
+}
 
 /// The request as a servlet sees it.
 #[derive(Debug, Default)]

@@ -11,8 +11,8 @@
 use bytes::Bytes;
 use wasmtime::{Caller, Linker};
 
-use super::abi::{copy_out, memory, read_bytes};
 use super::host::Host;
+use super::memory::{copy_out, memory, read_bytes};
 use crate::store::{Store, StoreError};
 use std::sync::Arc;
 

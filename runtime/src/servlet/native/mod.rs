@@ -10,6 +10,7 @@ mod check;
 mod fetch;
 mod host;
 mod kv;
+mod memory;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,10 +25,9 @@ pub use abi::ABI_VERSION;
 pub use check::LoadError;
 pub(crate) use check::load;
 
-use super::guest::{Guest, GuestError};
+use super::guest::{Guest, GuestError, Lent};
 use super::info::{CallContext, ServletInfo};
 use super::outbound::Outbound;
-use super::pool::Lease;
 use crate::body::Body;
 use crate::engine::{EPOCH_TICK, Engine, Tier};
 use crate::request::{BodyPolicy, RequestError, body};
@@ -52,6 +52,8 @@ impl Linkers {
         for (wasmtime_engine, tier) in engine.all_wasmtime() {
             let mut linker = Linker::new(wasmtime_engine);
             abi::add_to_linker(&mut linker)?;
+            fetch::add_to_linker(&mut linker)?;
+            kv::add_to_linker(&mut linker)?;
             wasmtime_wasi::p1::add_to_linker_async(&mut linker, |h: &mut Host| &mut h.wasi)?;
             match tier {
                 Tier::Optimized => optimized = Some(linker),
@@ -177,9 +179,9 @@ impl Guest for NativeGuest {
         })
     }
 
-    async fn handle(
+    async fn handle<L: Lent<NativeInstance>>(
         &self,
-        mut lease: Lease<Self>,
+        mut lease: L,
         input: NativeInput,
         ctx: &CallContext<'_>,
     ) -> Result<Response<Body>, RequestError> {
@@ -274,7 +276,7 @@ impl NativeGuest {
         let host = ready.store.data_mut();
         let response = std::mem::take(&mut host.response);
         host.request = RequestData::default();
-        host.fetched = fetch::Fetched::default();
+        host.fetched = host::Fetched::default();
         Ok(build_response(response))
     }
 }

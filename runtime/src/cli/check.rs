@@ -1,0 +1,220 @@
+//! `swan check`: validate the configuration, load everything it names, and
+//! print what would be served; exit 1 if a servlet or store is not ready.
+
+use anyhow::Context;
+
+use swan::{App, Config};
+
+use super::human_bytes;
+
+pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
+    // Stores that cannot be opened are reported below, not fatal here: an
+    // embedded store held by the running server is expected.
+    let (stores, unopened) = if config.wants_servlets() {
+        swan::store::Stores::open_each(&config.stores, &config.stores_used())
+    } else {
+        Default::default()
+    };
+    let app = App::load_with(config, stores).context("cannot load the sites")?;
+    let sites = app.sites.load();
+    let s = &config.server;
+    match &config.file {
+        Some(f) => println!("configuration: {} (valid)", f.display()),
+        None => println!("configuration: built-in defaults (no swan.toml)"),
+    }
+    println!("listeners:");
+    for addr in &s.listen {
+        println!("  http://{addr}/");
+    }
+    println!("server:");
+    println!(
+        "  workers             {} ({} runtime)",
+        s.workers,
+        s.runtime.as_str()
+    );
+    println!("  max_connections     {}", s.max_connections);
+    println!(
+        "  max_header_bytes    {}",
+        human_bytes(s.max_header_bytes as u64)
+    );
+    println!("  max_body_bytes      {}", human_bytes(s.max_body_bytes));
+    println!("  header_read_timeout {:?}", s.header_read_timeout);
+    println!("  keepalive_timeout   {:?}", s.keepalive_timeout);
+    println!("  drain_timeout       {:?}", s.drain_timeout);
+    println!("  max_instances       {}", s.max_instances);
+    let mut problems = check_stores(config, &app, &unopened);
+    for site in sites.iter() {
+        let c = &site.config;
+        let stats = site.cache.stats();
+        println!(
+            "site {}{}:",
+            c.name,
+            if c.default { " (default)" } else { "" }
+        );
+        if !c.hosts.is_empty() {
+            println!("  hosts         {}", c.hosts.join(", "));
+        }
+        println!("  root          {}", c.root.display());
+        if let Some(dir) = &c.servlets {
+            println!("  servlets      {}", dir.display());
+        }
+        println!(
+            "  cache         {} files in memory ({}, {} compressed variants), {} streamed; max file {}, budget {}",
+            stats.cached_files,
+            human_bytes(stats.cached_bytes),
+            stats.compressed_variants,
+            stats.streamed_files,
+            human_bytes(c.cache.max_file_size),
+            human_bytes(c.cache.budget)
+        );
+        if let Some(cc) = &c.cache_control {
+            println!("  cache_control {cc}");
+        }
+        for route in site.servlets.routes.iter() {
+            let swan::servlet::Target::Servlet(servlet) = &route.target else {
+                println!("  servlet {:<16} (build failed)", route.path.to_string());
+                continue;
+            };
+            let info = servlet.info();
+            let l = &info.limits;
+            println!(
+                "  servlet {:<16} {} ({:?}, {}): memory {}, timeout {:?}, body {}, response {}, concurrency {}, reuse {}",
+                route.path.to_string(),
+                info.file.display(),
+                route.origin,
+                servlet.kind(),
+                human_bytes(l.max_memory),
+                l.timeout,
+                human_bytes(l.max_body_bytes),
+                human_bytes(l.max_response_bytes),
+                l.max_concurrency,
+                l.reuse,
+            );
+            if !l.stores.is_empty() {
+                println!("    stores   {}", l.stores.join(", "));
+            }
+            if !l.outbound.allowed_hosts.is_empty() {
+                let rules: Vec<String> = l
+                    .outbound
+                    .allowed_hosts
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect();
+                println!(
+                    "    outbound {}{}",
+                    rules.join(", "),
+                    if l.outbound.allow_private {
+                        " (private addresses allowed)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+        }
+        for refused in &site.servlets.refused {
+            problems += 1;
+            eprintln!("error: servlet refused: {}", refused.error);
+        }
+    }
+    if problems > 0 {
+        anyhow::bail!(
+            "{problems} servlet{} or store{} not ready",
+            if problems == 1 { "" } else { "s" },
+            if problems == 1 { "" } else { "s" }
+        );
+    }
+    Ok(())
+}
+
+/// Prints every store, its limits, which sites' servlets may open it, and
+/// whether it answers (Redis: a PING within 3 s). Returns the number of
+/// stores that do not.
+fn check_stores(config: &Config, app: &App, unopened: &[swan::store::OpenError]) -> usize {
+    if config.stores.is_empty() {
+        return 0;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let mut problems = 0;
+    println!("stores:");
+    for store in &config.stores {
+        let l = &store.limits;
+        println!(
+            "  {:<12} {}; key {}, value {}, {} operations per request, list {} keys",
+            store.name,
+            store.kind.describe(),
+            human_bytes(l.max_key_bytes),
+            human_bytes(l.max_value_bytes),
+            l.max_ops_per_request,
+            l.max_list_keys,
+        );
+        let users: Vec<String> = config
+            .sites
+            .iter()
+            .flat_map(|site| {
+                let all = site
+                    .servlet_limits
+                    .stores
+                    .contains(&store.name)
+                    .then(|| format!("site {} (every servlet)", site.name));
+                let routes = site
+                    .routes
+                    .iter()
+                    .filter(|r| r.limits.stores.contains(&store.name))
+                    .map(move |r| format!("site {} route {}", site.name, r.path));
+                all.into_iter().chain(routes)
+            })
+            .collect();
+        if users.is_empty() {
+            println!("    opened by    nothing (no route lists it; not opened)");
+            continue;
+        }
+        println!("    opened by    {}", users.join(", "));
+        match unopened
+            .iter()
+            .find(|e| e.name == store.name)
+            .map(|e| &e.error)
+        {
+            Some(swan::store::StoreError::InUse(_)) => {
+                println!("    reachable    in use by another process (a running swan?)");
+                continue;
+            }
+            Some(e) => {
+                problems += 1;
+                println!("    reachable    NO");
+                eprintln!("error: store {} cannot be opened: {e}", store.name);
+                continue;
+            }
+            None => {}
+        }
+        let Some(open) = app
+            .loader
+            .as_ref()
+            .and_then(|l| l.stores().get(&store.name))
+        else {
+            continue;
+        };
+        let answer = match &runtime {
+            Ok(rt) => rt.block_on(async {
+                tokio::time::timeout(std::time::Duration::from_secs(3), open.ping())
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(swan::store::StoreError::Unavailable(
+                            "no answer in 3 s".to_owned(),
+                        ))
+                    })
+            }),
+            Err(e) => Err(swan::store::StoreError::Other(e.to_string())),
+        };
+        match answer {
+            Ok(()) => println!("    reachable    yes"),
+            Err(e) => {
+                problems += 1;
+                println!("    reachable    NO");
+                eprintln!("error: store {} does not answer: {e}", store.name);
+            }
+        }
+    }
+    problems
+}

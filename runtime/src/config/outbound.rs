@@ -1,0 +1,159 @@
+//! What a servlet may reach over HTTP (`allowed_outbound_hosts` and the
+//! outbound timeouts of `[site.servlet]` or a route).
+
+use std::time::Duration;
+
+/// Time an outbound request may take to connect (and, for HTTPS, finish
+/// its handshake).
+pub const DEFAULT_OUTBOUND_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time an outbound request may wait for the response head.
+pub const DEFAULT_OUTBOUND_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time an outbound request may take in all, body included.
+pub const DEFAULT_OUTBOUND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Outbound requests one servlet may have in flight.
+pub const DEFAULT_OUTBOUND_CONCURRENCY: u64 = 16;
+
+/// What a servlet may reach over HTTP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboundConfig {
+    /// Allowed destinations (`allowed_outbound_hosts`). Default: none.
+    pub allowed_hosts: Vec<OutboundRule>,
+    /// Whether names may resolve to loopback, private or link-local
+    /// addresses (`outbound_private`). Default: false.
+    pub allow_private: bool,
+    /// Connect (and TLS handshake) time limit. Default: 5 s.
+    pub connect_timeout: Duration,
+    /// Time to the response head. Default: 30 s.
+    pub first_byte_timeout: Duration,
+    /// Time for the whole exchange. Default: 60 s.
+    pub timeout: Duration,
+    /// Requests in flight at once. Default: 16.
+    pub max_concurrency: u32,
+}
+
+impl Default for OutboundConfig {
+    fn default() -> Self {
+        OutboundConfig {
+            allowed_hosts: Vec::new(),
+            allow_private: false,
+            connect_timeout: DEFAULT_OUTBOUND_CONNECT_TIMEOUT,
+            first_byte_timeout: DEFAULT_OUTBOUND_FIRST_BYTE_TIMEOUT,
+            timeout: DEFAULT_OUTBOUND_TIMEOUT,
+            max_concurrency: DEFAULT_OUTBOUND_CONCURRENCY as u32,
+        }
+    }
+}
+
+/// One `allowed_outbound_hosts` entry: `scheme://host[:port]`. `*` stands
+/// for any scheme, host or port; `*.example.com` for any subdomain; no
+/// port means the scheme's default one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboundRule {
+    /// `http`, `https`, or `*`.
+    pub scheme: String,
+    /// A lower-case name, an IP address, `*.suffix`, or `*`.
+    pub host: String,
+    /// A port; `None` for `*`, or the scheme's default when not written.
+    pub port: Option<u16>,
+    /// Whether the port was left out (the scheme's default applies).
+    pub default_port: bool,
+}
+
+impl std::fmt::Display for OutboundRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        match (self.port, self.default_port) {
+            (Some(p), _) => write!(f, "{}://{host}:{p}", self.scheme),
+            (None, true) => write!(f, "{}://{host}", self.scheme),
+            (None, false) => write!(f, "{}://{host}:*", self.scheme),
+        }
+    }
+}
+
+impl OutboundRule {
+    /// Parses `scheme://host[:port]`.
+    pub fn parse(s: &str) -> Result<OutboundRule, String> {
+        let (scheme, rest) = s
+            .split_once("://")
+            .ok_or_else(|| format!("{s:?} has no scheme"))?;
+        let scheme = scheme.to_ascii_lowercase();
+        if !matches!(scheme.as_str(), "http" | "https" | "*") {
+            return Err(format!("{s:?}: the scheme must be http, https or *"));
+        }
+        let rest = rest.trim_end_matches('/');
+        if rest.contains(['/', '?', '#', '@']) || rest.is_empty() {
+            return Err(format!("{s:?}: write only scheme://host[:port]"));
+        }
+        let (host, port) = match rest.strip_prefix('[') {
+            // [IPv6]:port
+            Some(v6) => {
+                let (host, after) = v6
+                    .split_once(']')
+                    .ok_or_else(|| format!("{s:?}: unclosed `[`"))?;
+                match after {
+                    "" => (host, None),
+                    _ => (
+                        host,
+                        Some(
+                            after
+                                .strip_prefix(':')
+                                .ok_or_else(|| format!("{s:?}: expected `:port` after `]`"))?,
+                        ),
+                    ),
+                }
+            }
+            None => match rest.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (rest, None),
+            },
+        };
+        let host = host.to_ascii_lowercase();
+        if host.is_empty() {
+            return Err(format!("{s:?} has no host"));
+        }
+        let wildcard_ok = host == "*" || host.strip_prefix("*.").is_some_and(|h| !h.contains('*'));
+        if host.contains('*') && !wildcard_ok {
+            return Err(format!(
+                "{s:?}: `*` may only be the whole host or its first label (*.example.com)"
+            ));
+        }
+        let (port, default_port) = match port {
+            None => (None, true),
+            Some("*") => (None, false),
+            Some(p) => (
+                Some(
+                    p.parse::<u16>()
+                        .map_err(|_| format!("{s:?}: {p:?} is not a port"))?,
+                ),
+                false,
+            ),
+        };
+        Ok(OutboundRule {
+            scheme,
+            host,
+            port,
+            default_port,
+        })
+    }
+
+    /// Whether a request to `scheme://host:port` matches this rule.
+    pub fn matches(&self, scheme: &str, host: &str, port: u16) -> bool {
+        let scheme_ok = self.scheme == "*" || self.scheme == scheme;
+        let host_ok = self.host == "*"
+            || self.host == host
+            || self.host.strip_prefix("*.").is_some_and(|suffix| {
+                host.strip_suffix(suffix)
+                    .is_some_and(|h| h.ends_with('.') && h.len() > 1)
+            });
+        let port_ok = match (self.port, self.default_port) {
+            (Some(p), _) => p == port,
+            (None, true) => port == if scheme == "https" { 443 } else { 80 },
+            (None, false) => true,
+        };
+        scheme_ok && host_ok && port_ok
+    }
+}
