@@ -11,6 +11,7 @@ never a single run.
     python3 benches/compare.py            # full: 5 rounds of 5 s
     python3 benches/compare.py --quick    # under 3 minutes: 3 rounds of 2 s
     python3 benches/compare.py --baseline OLD/swan --ab   # A/B: this swan vs another build
+    python3 benches/compare.py --only stores   # key-value stores: counter and get, embedded and Redis
 
 Prints a Markdown report (machine, command, one table per comparison) and
 writes it to target/bench/compare.md.
@@ -35,7 +36,18 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "swan-bench"
 WASMTIME_VERSION = "48.0.2"
 HOST = "127.0.0.1"
-PORTS = {"swan": 18101, "nginx": 18102, "limit": 18103, "wt-fresh": 18104, "wt-reuse": 18105, "base": 18106}
+PORTS = {"swan": 18101, "nginx": 18102, "limit": 18103, "wt-fresh": 18104, "wt-reuse": 18105, "base": 18106,
+         "swan-embedded": 18107, "swan-redis": 18108}
+REDIS_PORT = 18109
+# The stores part: each side is a servlet on one of two swan processes (the
+# `default` store embedded, or on Redis).
+STORE_SIDES = {
+    "hello": ("swan-embedded", "/hello"),
+    "emb-counter": ("swan-embedded", "/visits"),
+    "emb-get": ("swan-embedded", "/kv?op=get&key=greeting"),
+    "redis-counter": ("swan-redis", "/visits"),
+    "redis-get": ("swan-redis", "/kv?op=get&key=greeting"),
+}
 
 
 def log(msg):
@@ -72,6 +84,8 @@ def build():
     run(["examples/build.sh", "target/example-servlets"], cwd=ROOT)
     run(["cargo", "build", "--release", "--target", "wasm32-wasip2", "--manifest-path",
          "benches/wasi-http-hello/Cargo.toml"], cwd=ROOT)
+    run(["cargo", "build", "--release", "--target", "wasm32-wasip1", "--manifest-path",
+         "tests/guests/kv-ops-native/Cargo.toml"], cwd=ROOT)
 
 
 # ---------------------------------------------------------------- servers
@@ -186,6 +200,29 @@ def start_servers(wasmtime, wanted, baseline=None):
     if "limit" in wanted:
         servers["limit"] = Server("limit", [ROOT / "target/release/limit", f"{HOST}:{PORTS['limit']}",
                                             str(workers)], PORTS["limit"])
+    for name, store in (("swan-embedded", 'kind = "embedded"\npath = "{work}/kv.redb"'),
+                        ("swan-redis", f'kind = "redis"\nurl = "redis://{HOST}:{REDIS_PORT}"')):
+        if name not in wanted:
+            continue
+        if name == "swan-redis":
+            # In memory only (no RDB/AOF): the benchmark measures swan's
+            # path to Redis, not Redis's disk.
+            servers["redis"] = Server("redis", ["redis-server", "--port", str(REDIS_PORT), "--bind", HOST,
+                                                "--save", "", "--appendonly", "no"], REDIS_PORT)
+        servlets = WORK / f"{name}-servlets"
+        servlets.mkdir(exist_ok=True)
+        for wasm in ("hello", "visits"):
+            shutil.copy(ROOT / f"target/example-servlets/{wasm}.wasm", servlets / f"{wasm}.wasm")
+        shutil.copy(ROOT / "tests/guests/kv-ops-native/target/wasm32-wasip1/release/kv_ops_native.wasm",
+                    servlets / "kv.wasm")
+        (WORK / f"{name}.toml").write_text(
+            f'[server]\nlisten = ["{HOST}:{PORTS[name]}"]\n'
+            f'[[store]]\nname = "default"\n{store.format(work=WORK)}\n'
+            f'[[site]]\nroot = "{www}"\nservlets = "{servlets}"\n'
+            '[site.servlet]\nstores = ["default"]\n')
+        servers[name] = Server(name, [ROOT / "target/release/swan", "serve", "--config", WORK / f"{name}.toml"],
+                               PORTS[name])
+        urllib_get(f"http://{HOST}:{PORTS[name]}/kv?op=set&key=greeting&value=hello")
     component = ROOT / "benches/wasi-http-hello/target/wasm32-wasip2/release/wasi_http_hello.wasm"
     if "wt-fresh" in wanted:
         servers["wt-fresh"] = Server("wt-fresh", [wasmtime, "serve", "-Scli", "--addr",
@@ -200,6 +237,11 @@ def start_servers(wasmtime, wanted, baseline=None):
 # ---------------------------------------------------------------- wrk
 
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def urllib_get(url):
+    import urllib.request
+    return urllib.request.urlopen(url, timeout=10).read()
 
 
 def check(url):
@@ -229,17 +271,21 @@ def wrk(url, conns, secs):
     return {"rps": rps, "p50": lat.get("50", 0.0), "p99": lat.get("99", 0.0), "errors": errors, "non2xx": non2xx}
 
 
+def port_of(side):
+    return PORTS[STORE_SIDES[side][0]] if side in STORE_SIDES else PORTS[side]
+
+
 def compare(title, sides, path_for, conns_list, rounds, secs, servers):
     """sides: list of server names; the first is swan's side."""
     rows = []
     for conns in conns_list:
         runs = {s: [] for s in sides}
         for s in sides:
-            check(f"http://{HOST}:{PORTS[s]}{path_for(s)}")
+            check(f"http://{HOST}:{port_of(s)}{path_for(s)}")
         for r in range(rounds):
             order = sides if r % 2 == 0 else list(reversed(sides))
             for s in order:
-                url = f"http://{HOST}:{PORTS[s]}{path_for(s)}"
+                url = f"http://{HOST}:{port_of(s)}{path_for(s)}"
                 runs[s].append(wrk(url, conns, secs))
         row = {"conns": conns}
         for s in sides:
@@ -249,7 +295,7 @@ def compare(title, sides, path_for, conns_list, rounds, secs, servers):
                 "p99": statistics.median(x["p99"] for x in runs[s]),
                 "errors": sum(x["errors"] for x in runs[s]),
                 "non2xx": sum(x["non2xx"] for x in runs[s]),
-                "rss": servers[s].rss_mib(),
+                "rss": servers[STORE_SIDES[s][0] if s in STORE_SIDES else s].rss_mib(),
                 "all": [round(x["rps"]) for x in runs[s]],
             }
         rows.append(row)
@@ -298,7 +344,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="3 rounds of 2 s (under 3 minutes)")
     ap.add_argument("--rounds", type=int, help="runs per side and row (default 5, quick 3)")
     ap.add_argument("--seconds", type=int, help="seconds per run (default 5, quick 2)")
-    ap.add_argument("--only", choices=["static", "dynamic"], help="run one part")
+    ap.add_argument("--only", choices=["static", "dynamic", "stores"], help="run one part (stores runs only when named)")
     ap.add_argument("--no-build", action="store_true", help="use what is already built")
     ap.add_argument("--connections", type=int, nargs="+", help="static rows to run (default 1 10 100 1000 10000)")
     ap.add_argument("--baseline", type=Path, help="another swan binary, measured beside this one as `base`")
@@ -326,10 +372,12 @@ def main():
         build()
     WORK = Path(tempfile.mkdtemp(prefix="swan-compare-"))
     WORK.chmod(0o755)  # NGINX's workers run as another user and must read the files
-    wanted = {"static": ["swan", "nginx", "limit"], "dynamic": ["swan", "wt-fresh", "wt-reuse"]}
+    wanted = {"static": ["swan", "nginx", "limit"], "dynamic": ["swan", "wt-fresh", "wt-reuse"],
+              "stores": ["swan-embedded", "swan-redis"]}
     if args.baseline:
         for p in wanted:
-            wanted[p] = ["swan", "base"] if args.ab else ["swan", "base"] + wanted[p][1:]
+            if p != "stores":
+                wanted[p] = ["swan", "base"] if args.ab else ["swan", "base"] + wanted[p][1:]
     parts = [args.only] if args.only else ["static", "dynamic"]
     servers = start_servers(wasmtime, {s for p in parts for s in wanted[p]}, args.baseline)
     results = []
@@ -350,6 +398,11 @@ def main():
                      "wt-reuse": "wasmtime serve (reuse 128)"}[s] for s in wanted["dynamic"][1:]),
                 wanted["dynamic"],
                 lambda s: "/hello", [1, 100, 1000], rounds, secs, servers))
+        if "stores" in parts:
+            results.append(compare(
+                "Key-value stores: hello (no store) vs a counter (one increment) and a read (one get), "
+                "embedded and Redis", list(STORE_SIDES), lambda s: STORE_SIDES[s][1], [1, 100, 1000],
+                rounds, secs, servers))
     finally:
         for s in servers.values():
             s.stop()

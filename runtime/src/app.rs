@@ -20,9 +20,12 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::body::Body;
-use crate::config::{Config, ServerConfig};
-use crate::request::{BodyPolicy, RequestError, RequestId, path};
-use crate::servlet::{CallContext, Loader, LoaderError, Target};
+use crate::config::{Config, LogConfig, ServerConfig};
+use crate::observe::Observe;
+use crate::observe::access_log::{self, AccessLog, Entry};
+use crate::observe::counters::RouteCounters;
+use crate::request::{BodyPolicy, Peer, RequestError, RequestId, path};
+use crate::servlet::{CallContext, Loader, LoaderError, Route, Target};
 use crate::site::{Site, Sites};
 use crate::static_files::{self, CacheError};
 use crate::store::Stores;
@@ -41,6 +44,62 @@ pub struct App {
     pub sites: ArcSwap<Sites>,
     /// Loads servlets (the wasm engine), when some site can have them.
     pub loader: Option<Arc<Loader>>,
+    /// Counters, readiness, reloads, the access log.
+    pub observe: Arc<Observe>,
+}
+
+/// What is left to record when a response's body has been sent: its
+/// access log line, and the bytes of a body whose size was not known.
+pub struct Exchange {
+    started: Instant,
+    unknown_size: Option<Arc<RouteCounters>>,
+    log: Option<(AccessLog, Entry)>,
+}
+
+impl Exchange {
+    /// The body is sent (or the client went away): `bytes` went out.
+    pub fn finish(self, bytes: u64) {
+        if let Some(counters) = self.unknown_size {
+            counters.add_bytes(bytes);
+        }
+        if let Some((log, mut entry)) = self.log {
+            entry.bytes = bytes;
+            entry.duration = self.started.elapsed();
+            log.log(entry);
+        }
+    }
+}
+
+/// What the request layer keeps of a request for its access log line.
+struct LogHead {
+    method: Method,
+    target: String,
+    version: http::Version,
+    referer: Option<HeaderValue>,
+    user_agent: Option<HeaderValue>,
+}
+
+impl LogHead {
+    fn of<B>(req: &Request<B>) -> LogHead {
+        LogHead {
+            method: req.method().clone(),
+            target: req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned()),
+            version: req.version(),
+            referer: req.headers().get(header::REFERER).cloned(),
+            user_agent: req.headers().get(header::USER_AGENT).cloned(),
+        }
+    }
+}
+
+/// The Host of a request: the absolute-form authority, else the header.
+fn host_of<B>(req: &Request<B>) -> Option<&[u8]> {
+    req.uri()
+        .authority()
+        .map(|a| a.as_str().as_bytes())
+        .or_else(|| req.headers().get(header::HOST).map(|h| h.as_bytes()))
 }
 
 /// The app could not be built.
@@ -81,17 +140,34 @@ impl App {
         Ok(App::new(config.server.clone(), sites, loader))
     }
 
+    /// Starts the access log `log` configures (before the app is shared).
+    pub fn start_access_log(&mut self, log: &LogConfig) -> Result<(), access_log::OpenError> {
+        let Some(observe) = Arc::get_mut(&mut self.observe) else {
+            return Ok(());
+        };
+        observe.access_log = AccessLog::start(log, observe.access_log_dropped.clone())?;
+        Ok(())
+    }
+
     /// An app serving already loaded `sites`.
     pub fn new(server: ServerConfig, sites: Sites, loader: Option<Arc<Loader>>) -> App {
         App {
             server,
             sites: ArcSwap::from_pointee(sites),
             loader,
+            observe: Arc::default(),
         }
     }
 
-    /// Answers one request.
-    pub async fn handle(&self, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
+    /// Answers one request from `peer`; the [`Exchange`] (when there is
+    /// something left to record) goes with the response body and is
+    /// finished when the body is sent.
+    pub async fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: Peer,
+    ) -> (Response<Body>, Option<Exchange>) {
+        let started = Instant::now();
         let id = RequestId::next();
         let span = tracing::debug_span!(
             "request",
@@ -103,52 +179,154 @@ impl App {
             status = Empty,
             ms = Empty,
         );
-        let started = (!span.is_disabled()).then(Instant::now);
-        // Pinned in place: the wrappers below hold a pointer to the
-        // handling, not a copy of its state.
-        let handling = self.route(req, remote, id);
-        tokio::pin!(handling);
-        let mut res = answer_or_500(handling.as_mut().instrument(span.clone()), id).await;
+        let (client, https) = if self.server.proxy.trusted.is_empty() {
+            (peer.client, peer.tls)
+        } else {
+            peer.forwarded(req.headers(), &self.server.proxy)
+        };
+        let log_head = self.observe.access_log.is_some().then(|| LogHead::of(&req));
+        let sites = self.sites.load();
+        let site = sites.for_host(host_of(&req));
+        let mut hit = None;
+        let mut res = {
+            // Pinned in place: the wrappers below hold a pointer to the
+            // handling, not a copy of its state.
+            let handling = self.route(site, req, client, https, id, &mut hit);
+            tokio::pin!(handling);
+            answer_or_500(handling.as_mut().instrument(span.clone()), id).await
+        };
         let headers = res.headers_mut();
         headers.insert(header::SERVER, SERVER_NAME);
         if self.server.request_id_header {
             headers.insert(REQUEST_ID_HEADER, id.header_value());
         }
-        if let Some(started) = started {
-            span.record("status", res.status().as_u16());
-            span.record("ms", started.elapsed().as_secs_f64() * 1000.0);
+        if https
+            && let Some(hsts) = self.server.tls.as_ref().and_then(|t| t.hsts.as_deref())
+            && let Ok(v) = HeaderValue::from_str(hsts)
+        {
+            headers.insert(header::STRICT_TRANSPORT_SECURITY, v);
+        }
+        let status = res.status().as_u16();
+        let size = http_body::Body::size_hint(res.body()).exact();
+        let elapsed = started.elapsed();
+        let servlet = hit.and_then(|r| match &r.target {
+            Target::Servlet(s) => Some((r, s)),
+            Target::BuildFailed(_) => None,
+        });
+        let counters: &Arc<RouteCounters> = match servlet {
+            Some((route, s)) => s.stats().requests.get_or_init(|| {
+                self.observe
+                    .route(&site.config.name, &route.path.to_string())
+            }),
+            None => {
+                let sc = site
+                    .counters
+                    .get_or_init(|| self.observe.site(&site.config.name));
+                if res.body().is_streamed() {
+                    sc.streamed.add(1);
+                } else if (200..400).contains(&status) {
+                    sc.cache_hits.add(1);
+                }
+                &sc.requests
+            }
+        };
+        counters.record(status, size.unwrap_or(0), elapsed);
+        if !span.is_disabled() {
+            span.record("site", site.config.name.as_str());
+            span.record("status", status);
+            span.record("ms", elapsed.as_secs_f64() * 1000.0);
             span.in_scope(|| tracing::debug!("answered"));
         }
-        res
+        let log = match (log_head, &self.observe.access_log) {
+            (Some(head), Some(log)) => Some((
+                log.clone(),
+                Entry {
+                    time: std::time::SystemTime::now() - elapsed,
+                    client,
+                    method: head.method,
+                    target: head.target,
+                    version: head.version,
+                    status,
+                    bytes: 0,
+                    duration: elapsed,
+                    site: Arc::from(site.config.name.as_str()),
+                    route: hit.map(|r| Arc::from(r.path.to_string())),
+                    id,
+                    referer: head.referer,
+                    user_agent: head.user_agent,
+                },
+            )),
+            _ => None,
+        };
+        // A body of unknown size (a streaming servlet) counts its bytes
+        // when it is sent.
+        let unknown_size = size.is_none().then(|| counters.clone());
+        let exchange = (unknown_size.is_some() || log.is_some()).then_some(Exchange {
+            started,
+            unknown_size,
+            log,
+        });
+        (res, exchange)
     }
 
-    async fn route(
+    /// The site's answer; `hit` is set to the servlet route that gave it.
+    async fn route<'s>(
         &self,
+        site: &'s Site,
         req: Request<Incoming>,
-        remote: SocketAddr,
+        client: SocketAddr,
+        https: bool,
         id: RequestId,
+        hit: &mut Option<&'s Route>,
     ) -> Response<Body> {
-        let sites = self.sites.load();
-        let host = req
-            .uri()
-            .authority()
-            .map(|a| a.as_str().as_bytes())
-            .or_else(|| req.headers().get(header::HOST).map(|h| h.as_bytes()));
-        let site = sites.for_host(host);
         tracing::Span::current().record("site", site.config.name.as_str());
+        if !https && let Some(res) = self.redirect_to_https(&req) {
+            return res;
+        }
         let head = req.method() == Method::HEAD;
-        match self.dispatch(site, req, remote, id).await {
+        match self.dispatch(site, req, client, id, hit).await {
             Ok(res) => res,
-            Err(e) => error_response(e, site, head, id),
+            Err(e) => {
+                if let Some(Route {
+                    target: Target::Servlet(s),
+                    ..
+                }) = hit
+                {
+                    s.stats().failed(&e, id);
+                }
+                error_response(e, site, head, id)
+            }
         }
     }
 
-    async fn dispatch(
+    /// With `redirect_http`, a plain-HTTP request's answer: 308 to the same
+    /// URL on the first TLS listener.
+    fn redirect_to_https(&self, req: &Request<Incoming>) -> Option<Response<Body>> {
+        self.server.tls.as_ref().filter(|t| t.redirect_http)?;
+        let port = self.server.listen.iter().find(|l| l.tls)?.addr.port();
+        let host = host_of(req).and_then(|h| std::str::from_utf8(h).ok())?;
+        let (name, _) = split_port(host.as_bytes());
+        let name = std::str::from_utf8(name).ok()?;
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let location = if port == 443 {
+            format!("https://{name}{target}")
+        } else {
+            format!("https://{name}:{port}{target}")
+        };
+        let value = HeaderValue::from_str(&location).ok()?;
+        let mut res = Response::new(Body::empty());
+        *res.status_mut() = http::StatusCode::PERMANENT_REDIRECT;
+        res.headers_mut().insert(header::LOCATION, value);
+        Some(res)
+    }
+
+    async fn dispatch<'s>(
         &self,
-        site: &Site,
+        site: &'s Site,
         req: Request<Incoming>,
         remote: SocketAddr,
         id: RequestId,
+        hit: &mut Option<&'s Route>,
     ) -> Result<Response<Body>, RequestError> {
         check_host(&req)?;
         if let Some(len) = req.headers().get(header::CONTENT_LENGTH) {
@@ -170,6 +348,7 @@ impl App {
             && let Some(m) = routes.find(&normalized)
         {
             tracing::Span::current().record("route", tracing::field::display(&m.route.path));
+            *hit = Some(m.route);
             return match &m.route.target {
                 Target::Servlet(servlet) => {
                     // The request moves into the servlet: keep the path.

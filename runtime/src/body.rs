@@ -85,6 +85,12 @@ impl Body {
             kind: Kind::Stream(body.boxed_unsync()),
         }
     }
+
+    /// Whether the body is read from somewhere as it is sent (a file on
+    /// disk, a guest's stream) rather than held in memory.
+    pub fn is_streamed(&self) -> bool {
+        matches!(self.kind, Kind::File { .. } | Kind::Stream(_))
+    }
 }
 
 impl Default for Body {

@@ -18,12 +18,15 @@
 //! The binary (`main.rs`) is a thin layer over [`serve`]: tests call the same
 //! entry point with a socket bound to `127.0.0.1:0` and a shutdown future.
 
+pub mod admin;
 pub mod app;
 pub mod body;
+pub mod certs;
 mod clock;
 pub mod config;
 pub mod engine;
 mod file_stamp;
+pub mod observe;
 pub mod reload;
 pub mod request;
 pub mod server;

@@ -341,6 +341,7 @@ fn tier_up(app: &App, old: &Arc<Servlet>, new: &Arc<Servlet>) {
                     config: site.config.clone(),
                     cache: site.cache.clone(),
                     servlets: Arc::new(servlets),
+                    counters: site.counters.clone(),
                 })
             }
             None => site.clone(),
@@ -388,13 +389,23 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
             if !what.files && !what.servlets {
                 return site.clone();
             }
+            let part = if what.files { "files" } else { "servlets" };
+            let label = format!("{part} of site {}", site.config.name);
             match Site::refresh(&site.config, app.loader.as_ref(), Some(site), *what) {
                 Ok(new) => {
                     changed = true;
+                    let refused: Vec<String> =
+                        new.servlets.refused.iter().map(|r| r.error.to_string()).collect();
+                    if what.servlets && !refused.is_empty() {
+                        app.observe.reloaded(label, false, refused.join("; "));
+                    } else {
+                        app.observe.reloaded(label, true, "");
+                    }
                     Arc::new(new)
                 }
                 Err(e) => {
                     tracing::error!(site = %site.config.name, error = %e, "reload failed; the previous version keeps serving");
+                    app.observe.reloaded(label, false, e.to_string());
                     site.clone()
                 }
             }
@@ -414,6 +425,7 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
             tracing::error!(
                 "configuration change refused; the previous configuration stays in force\n{e}"
             );
+            app.observe.reloaded("configuration", false, e.to_string());
             return false;
         }
     };
@@ -455,11 +467,13 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
             Ok(site) => sites.push(Arc::new(site)),
             Err(e) => {
                 tracing::error!(site = %site_config.name, error = %e, "configuration change refused; the previous configuration stays in force");
+                app.observe.reloaded("configuration", false, e.to_string());
                 return false;
             }
         }
     }
     app.sites.store(Arc::new(Sites::new(sites)));
     tracing::info!(sites = config.sites.len(), "configuration reloaded");
+    app.observe.reloaded("configuration", true, "");
     true
 }

@@ -2,9 +2,10 @@
 //! what a site is (its files and its servlets).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::config::{Config, SiteConfig};
+use crate::observe::SiteCounters;
 use crate::servlet::{Loader, SiteServlets, Target};
 use crate::static_files::{CacheError, SiteCache};
 
@@ -20,6 +21,8 @@ pub struct Site {
     pub cache: Arc<SiteCache>,
     /// Servlet routes, and servlets that could not be loaded.
     pub servlets: Arc<SiteServlets>,
+    /// The counters of the site's static files, looked up on first use.
+    pub counters: OnceLock<Arc<SiteCounters>>,
 }
 
 impl Site {
@@ -63,6 +66,7 @@ impl Site {
             config: config.clone(),
             cache,
             servlets,
+            counters: OnceLock::new(),
         })
     }
 }

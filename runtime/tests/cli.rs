@@ -78,7 +78,7 @@ fn configuration_errors_exit_with_2_and_list_every_problem() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("swan.toml:2:10: server.listen[0]: port 70000 is out of range"),
+        err.contains("swan.toml:2:10: server.listen: port 70000 is out of range"),
         "{err}"
     );
     assert!(

@@ -312,6 +312,46 @@ async fn an_infinite_loop_is_stopped_at_the_deadline_without_stalling_others() -
     Ok(())
 }
 
+/// More spinning requests than worker threads: each still ends at its own
+/// deadline, not later (the epoch ticker is starved on a busy machine, so
+/// counting ticks alone let a 2 s deadline stretch to 3 s).
+#[tokio::test]
+async fn deadlines_hold_when_more_servlets_spin_than_there_are_workers() -> Result<()> {
+    let looping = servlet("", "(loop $l (br $l)) i32.const 0", "");
+    let timeout = Duration::from_millis(1500);
+    let (_site, server) = start(
+        &[("loop.wasm", looping)],
+        "timeout = \"1500ms\"\nmax_concurrency = 16\n",
+    )
+    .await?;
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let spinning = workers * 3;
+    let mut tasks = Vec::new();
+    for _ in 0..spinning {
+        let url = server.url("/loop");
+        tasks.push(tokio::spawn(async move {
+            let client =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build_http::<Full<Bytes>>();
+            let started = Instant::now();
+            let res = client
+                .request(Request::get(url).body(Full::default())?)
+                .await?;
+            anyhow::Ok((res.status(), started.elapsed()))
+        }));
+    }
+    for task in tasks {
+        let (status, elapsed) = task.await??;
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+        assert!(
+            elapsed >= timeout - Duration::from_millis(50)
+                && elapsed < timeout + Duration::from_millis(400),
+            "{spinning} spinning on {workers} workers: 504 after {elapsed:?}"
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_full_pool_answers_503_with_retry_after() -> Result<()> {
     let looping = servlet("", "(loop $l (br $l)) i32.const 0", "");

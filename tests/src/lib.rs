@@ -108,9 +108,12 @@ impl Reply {
 impl TestServer {
     /// Loads `config` and serves it on 127.0.0.1:0.
     pub async fn start(mut config: swan::Config) -> Result<TestServer> {
-        config.server.listen = vec![SocketAddr::from(([127, 0, 0, 1], 0))];
+        config.server.listen = vec![swan::config::ListenerConfig::plain(SocketAddr::from((
+            [127, 0, 0, 1],
+            0,
+        )))];
         let app = Arc::new(swan::App::load(&config).context("load app")?);
-        let listeners = swan::bind(&config.server.listen, 1).context("bind")?;
+        let listeners = swan::bind(&[config.server.listen[0].addr], 1).context("bind")?;
         let addr = listeners[0][0].local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(swan::serve(app.clone(), listeners, async move {

@@ -14,12 +14,15 @@ use super::human_bytes;
 
 pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> {
     let started = Instant::now();
-    let app = App::load(&config).context("cannot load the sites")?;
+    let mut app = App::load(&config).context("cannot load the sites")?;
+    app.start_access_log(&config.log)
+        .context("check `access` in [log] of swan.toml")?;
     let per_addr = match config.server.runtime {
         RuntimeModel::PerCore => config.server.workers,
         RuntimeModel::Shared => 1,
     };
-    let listeners = swan::bind(&config.server.listen, per_addr).map_err(|e| {
+    let addrs: Vec<std::net::SocketAddr> = config.server.listen.iter().map(|l| l.addr).collect();
+    let listeners = swan::bind(&addrs, per_addr).map_err(|e| {
         let hint = if e.is_addr_in_use() {
             "another process is using this address: pick a free one with --listen ADDR or `listen` in [server] of swan.toml"
         } else {
@@ -31,8 +34,22 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         .iter()
         .filter_map(|g| g.first().and_then(|s| s.local_addr().ok()))
         .collect();
-    print_banner(&config, &app.sites.load(), &bound, started);
+    // Port 0 picked a port: the app (redirects to HTTPS) needs the real one.
+    for (listener, addr) in app.server.listen.iter_mut().zip(&bound) {
+        listener.addr = *addr;
+    }
     let app = Arc::new(app);
+    let admin = match &config.admin {
+        Some(a) => Some(
+            swan::admin::start(app.clone(), a.listen)
+                .context("pick another address with `listen` in [admin] of swan.toml")?,
+        ),
+        None => None,
+    };
+    print_banner(&config, &app.sites.load(), &bound, started);
+    if let Some(admin) = &admin {
+        println!("admin: http://{}/ (/livez, /readyz, /metrics)", admin.addr);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -51,11 +68,20 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
             None
         }
     };
+    let grace = config.server.drain_grace;
     runtime.block_on(async {
         if let Some(r) = reloader.clone() {
             tokio::spawn(reload_on_sighup(r));
         }
-        swan::serve(app, listeners, shutdown_signal()).await
+        if let Some(log) = app.observe.access_log.clone() {
+            tokio::spawn(reopen_on_sigusr1(log));
+        }
+        let observe = app.observe.clone();
+        let shutdown = async move {
+            shutdown_signal().await;
+            drain_grace(&observe, grace).await;
+        };
+        swan::serve(app, listeners, shutdown).await
     })?;
     drop(reloader);
     tracing::info!("stopped");
@@ -73,6 +99,37 @@ async fn reload_on_sighup(reloader: Arc<Reloader>) {
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP received: reading the configuration again");
         reloader.reload_config();
+    }
+}
+
+/// After a shutdown signal: `/readyz` fails at once, and for `grace` the
+/// listeners keep accepting, so that load balancers see the process
+/// leaving before connections are refused. A second signal ends the grace
+/// early.
+async fn drain_grace(observe: &swan::observe::Observe, grace: std::time::Duration) {
+    observe.set_readiness(swan::observe::Readiness::Draining);
+    if grace.is_zero() {
+        return;
+    }
+    tracing::info!(
+        grace_ms = grace.as_millis() as u64,
+        "draining: /readyz fails; still accepting during the grace period"
+    );
+    tokio::select! {
+        _ = tokio::time::sleep(grace) => {}
+        _ = shutdown_signal() => tracing::info!("second signal: ending the grace period"),
+    }
+}
+
+async fn reopen_on_sigusr1(log: swan::observe::access_log::AccessLog) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut usr1) = signal(SignalKind::user_defined1()) else {
+        tracing::warn!("cannot listen for SIGUSR1; the access log is not reopened on rotation");
+        return;
+    };
+    while usr1.recv().await.is_some() {
+        tracing::info!("SIGUSR1 received: reopening the access log");
+        log.reopen();
     }
 }
 
@@ -101,7 +158,14 @@ fn print_banner(config: &Config, sites: &Sites, bound: &[std::net::SocketAddr], 
         bytes += s.cached_bytes;
         servlets += site.servlets.routes.iter().count();
     }
-    let urls: Vec<String> = bound.iter().map(|a| format!("http://{a}/")).collect();
+    let urls: Vec<String> = bound
+        .iter()
+        .zip(&config.server.listen)
+        .map(|(a, l)| {
+            let scheme = if l.tls { "https" } else { "http" };
+            format!("{scheme}://{a}/")
+        })
+        .collect();
     println!(
         "swan {} ready in {} ms: {} ({} workers, {} runtime); {} site{}, {files} files, {} cached, {servlets} servlets",
         env!("CARGO_PKG_VERSION"),

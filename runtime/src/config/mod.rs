@@ -14,6 +14,7 @@
 //! good.
 
 mod error;
+mod ops;
 mod outbound;
 mod read;
 mod reader;
@@ -24,6 +25,7 @@ mod validate;
 use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, Problem};
+pub use ops::*;
 pub use outbound::*;
 pub use store::*;
 pub use types::*;
@@ -49,6 +51,7 @@ impl Config {
                 sites: vec![SitePositions::default()],
                 dropped_sites: false,
                 stores: Vec::new(),
+                tls: None,
             };
             config.apply(overrides, &mut positions)?;
             let findings = validate::check(&config, &positions);
@@ -128,7 +131,10 @@ impl Config {
             if !problems.is_empty() {
                 return Err(ConfigError::new(problems));
             }
-            self.server.listen = listen;
+            // `--listen` replaces the plain listeners; TLS ones stay.
+            self.server.listen.retain(|l| l.tls);
+            let plain = listen.into_iter().map(ListenerConfig::plain);
+            self.server.listen.splice(0..0, plain);
         }
         if let Some(i) = self.sites.iter().position(|s| s.default) {
             let site = &mut self.sites[i];

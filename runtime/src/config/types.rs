@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::ops::{AdminConfig, ListenerConfig, LogConfig, ProxyConfig, TlsConfig};
 use super::outbound::OutboundConfig;
 use super::store::StoreConfig;
 
@@ -102,6 +103,10 @@ pub struct Config {
     /// Key-value stores servlets may open (`[[store]]`); without any, an
     /// embedded `default` store next to the configuration.
     pub stores: Vec<StoreConfig>,
+    /// `[admin]`: the operations listener. Default: none.
+    pub admin: Option<AdminConfig>,
+    /// `[log]`: the access log. Default: off.
+    pub log: LogConfig,
 }
 
 impl Config {
@@ -113,6 +118,8 @@ impl Config {
             server: ServerConfig::defaults(),
             sites: vec![SiteConfig::new("default", PathBuf::from(DEFAULT_ROOT))],
             stores: vec![StoreConfig::implicit_default(std::path::Path::new("."))],
+            admin: None,
+            log: LogConfig::default(),
         }
     }
 
@@ -147,8 +154,9 @@ impl Config {
 /// `[server]`: listeners, threads and connection limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
-    /// Addresses to listen on. Default: `127.0.0.1:8080`.
-    pub listen: Vec<SocketAddr>,
+    /// Addresses to listen on, and what each speaks. Default:
+    /// `127.0.0.1:8080`, plain HTTP.
+    pub listen: Vec<ListenerConfig>,
     /// Worker threads. Default: one per core.
     pub workers: usize,
     /// How connections are spread over workers. Default: per-core.
@@ -176,6 +184,13 @@ pub struct ServerConfig {
     /// Time in-flight requests get after a shutdown signal; zero stops at
     /// once. Default: 10 s.
     pub drain_timeout: Duration,
+    /// After a shutdown signal, time `/readyz` fails while the listeners
+    /// still accept, so load balancers stop sending first. Default: 0 s.
+    pub drain_grace: Duration,
+    /// `[server.tls]`: the certificate of TLS listeners. Default: none.
+    pub tls: Option<TlsConfig>,
+    /// `[server.proxy]`: trusted proxies. Default: none.
+    pub proxy: ProxyConfig,
     /// Servlet instances that may exist at once. Default: 1000.
     pub max_instances: u32,
     /// Development mode: a servlet whose source fails to build answers with
@@ -196,7 +211,10 @@ impl ServerConfig {
     /// Built-in defaults.
     pub fn defaults() -> ServerConfig {
         ServerConfig {
-            listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
+            listen: vec![ListenerConfig::plain(SocketAddr::from((
+                [127, 0, 0, 1],
+                8080,
+            )))],
             workers: available_cores(),
             runtime: RuntimeModel::PerCore,
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES as usize,
@@ -208,6 +226,9 @@ impl ServerConfig {
             body_min_rate: DEFAULT_BODY_MIN_RATE,
             max_connections: DEFAULT_MAX_CONNECTIONS as usize,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            drain_grace: Duration::ZERO,
+            tls: None,
+            proxy: ProxyConfig::default(),
             max_instances: DEFAULT_MAX_INSTANCES as u32,
             development: false,
             request_id_header: true,

@@ -35,6 +35,8 @@ pub(crate) struct Positions {
     pub(crate) dropped_sites: bool,
     /// One per configured `[[store]]`, in order.
     pub(crate) stores: Vec<StorePositions>,
+    /// The `[server.tls]` table, if any.
+    pub(crate) tls: Option<Range<usize>>,
 }
 
 /// Where a store's values came from.
@@ -85,6 +87,8 @@ pub(crate) enum At {
     Stores(usize, Option<usize>),
     /// Store `n` (its name).
     Store(usize),
+    /// `[server.tls]`: its certificate and key.
+    Tls,
 }
 
 /// A problem found by validation, not yet located.
@@ -254,6 +258,22 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             );
         }
     }
+    if let Some(tls) = &config.server.tls {
+        if let Err(e) = crate::certs::load(&tls.cert, &tls.key) {
+            finding(
+                At::Tls,
+                format!("cannot serve this certificate: {e}"),
+                "give a PEM certificate chain (leaf first) in `cert` and its private key in `key`",
+            );
+        }
+        if !config.server.listen.iter().any(|l| l.tls) {
+            finding(
+                At::Tls,
+                "[server.tls] is set but no listener has tls = true".to_owned(),
+                "mark one: listen = [\"127.0.0.1:8080\", { addr = \"0.0.0.0:8443\", tls = true }]",
+            );
+        }
+    }
     found
 }
 
@@ -275,7 +295,7 @@ pub(crate) fn locate(
                 | At::SiteServlets(i)
                 | At::RouteServlet(i, _)
                 | At::Stores(i, _) => positions.sites.get(i),
-                At::Store(_) => None,
+                At::Store(_) | At::Tls => None,
             };
             let index = |i: usize| site.map_or(i, |s| s.index);
             let (key, origin) = match f.at {
@@ -321,6 +341,10 @@ pub(crate) fn locate(
                         site.map(|s| Origin::File(s.table.clone())),
                     )
                 }
+                At::Tls => (
+                    "server.tls".to_owned(),
+                    positions.tls.clone().map(Origin::File),
+                ),
                 At::Store(n) => {
                     let store = positions.stores.get(n);
                     (

@@ -4,6 +4,7 @@
 //! - `id`: the request id, logged with every line and sent as
 //!   `x-request-id`;
 //! - `path`: the one place a URL path is normalised (once per request);
+//! - `peer`: who the client is (PROXY protocol, trusted `X-Forwarded-For`);
 //! - `body`: reading a request body under the size and rate rules;
 //! - `error`: [`RequestError`] and the one mapping from errors to
 //!   responses.
@@ -12,7 +13,9 @@ pub mod body;
 pub mod error;
 pub mod id;
 pub mod path;
+pub mod peer;
 
 pub use body::BodyPolicy;
 pub use error::RequestError;
 pub use id::RequestId;
+pub use peer::Peer;

@@ -3,7 +3,6 @@
 //! times out, or the server drains.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -14,13 +13,14 @@ use http_body::{Frame, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::watchdog::{ConnState, Handling, Limits, Sending, Verdict, WatchedIo, watch};
-use crate::app::App;
+use crate::app::{App, Exchange};
 use crate::body::Body;
 use crate::config::ServerConfig;
+use crate::request::Peer;
 
 /// Streams one HTTP/2 connection may open at once.
 const MAX_CONCURRENT_STREAMS: u32 = 256;
@@ -52,15 +52,19 @@ pub(crate) fn builder(config: &ServerConfig) -> auto::Builder<TokioExecutor> {
 
 /// Serves one accepted connection until it closes, times out, or the
 /// server shuts down (then gracefully).
-pub(crate) async fn serve(
-    stream: TcpStream,
-    remote: SocketAddr,
+pub(crate) async fn serve<S>(
+    stream: S,
+    peer: Peer,
     app: Arc<App>,
     builder: Arc<auto::Builder<TokioExecutor>>,
     mut shutdown: watch::Receiver<bool>,
     limits: Limits,
     _permit: OwnedSemaphorePermit,
-) {
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let remote = peer.addr;
+    let _open = OpenConnection::new(&app);
     let state = Arc::new(ConnState::new());
     let io = TokioIo::new(WatchedIo::new(stream, state.clone()));
     let svc_state = state.clone();
@@ -68,13 +72,15 @@ pub(crate) async fn serve(
         let app = app.clone();
         let handling = Handling::start(svc_state.clone());
         async move {
-            let res = app.handle(req, remote).await;
+            let (res, exchange) = app.handle(req, peer).await;
             // The exchange lasts until the body is sent, not until the
             // handler returns: a slow download is in flight, not idle.
             let sending = handling.into_sending();
             Ok::<_, Infallible>(res.map(|body| SentBody {
                 inner: body,
                 _sending: sending,
+                exchange,
+                bytes: 0,
             }))
         }
     });
@@ -111,11 +117,43 @@ pub(crate) async fn serve(
     }
 }
 
+/// Counts a connection open for as long as it lives.
+struct OpenConnection(Arc<crate::observe::Observe>);
+
+impl OpenConnection {
+    fn new(app: &App) -> OpenConnection {
+        let o = app.observe.clone();
+        o.connections_total.add(1);
+        o.connections_open
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        OpenConnection(o)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0
+            .connections_open
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// A response body that marks its response in flight until it is sent
-/// (or dropped).
+/// (or dropped), and finishes its exchange (access log line, streamed
+/// bytes) then.
 struct SentBody {
     inner: Body,
     _sending: Sending,
+    exchange: Option<Exchange>,
+    bytes: u64,
+}
+
+impl Drop for SentBody {
+    fn drop(&mut self) {
+        if let Some(exchange) = self.exchange.take() {
+            exchange.finish(self.bytes);
+        }
+    }
 }
 
 impl http_body::Body for SentBody {
@@ -127,7 +165,15 @@ impl http_body::Body for SentBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if this.exchange.is_some()
+            && let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            this.bytes += data.len() as u64;
+        }
+        polled
     }
 
     #[inline]

@@ -10,6 +10,8 @@
 
 mod conn;
 pub mod listener;
+mod proxy_protocol;
+pub mod tls;
 mod watchdog;
 
 use std::future::Future;
@@ -18,12 +20,14 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio_rustls::TlsAcceptor;
 use tokio_util::task::TaskTracker;
 
 use crate::app::App;
 use crate::clock;
 use crate::config::RuntimeModel;
+use crate::request::Peer;
 use watchdog::Limits;
 
 /// Pause after an accept error such as running out of file descriptors.
@@ -38,14 +42,24 @@ pub enum ServeError {
     /// No listening socket was given.
     #[error("no listening socket")]
     NoListener,
+    /// TLS listeners are configured and the certificate cannot be served.
+    #[error("cannot start TLS")]
+    Tls(#[source] tls::TlsError),
+}
+
+/// What connections to one listening socket speak.
+#[derive(Clone)]
+struct Kind {
+    tls: Option<TlsAcceptor>,
+    proxy_protocol: bool,
 }
 
 /// Serves `app` on already bound sockets until `shutdown` completes, then
 /// drains for at most the configured drain deadline.
 ///
-/// `listeners` holds one group per address; a group has one socket per
-/// worker (from [`listener::bind`]) or a single socket that all workers
-/// share.
+/// `listeners` holds one group per address of `app.server.listen`, in the
+/// same order; a group has one socket per worker (from [`listener::bind`])
+/// or a single socket that all workers share.
 pub async fn serve(
     app: Arc<App>,
     listeners: Vec<Vec<TcpListener>>,
@@ -55,6 +69,21 @@ pub async fn serve(
         return Err(ServeError::NoListener);
     }
     clock::start();
+    let acceptor = match &app.server.tls {
+        Some(t) if app.server.listen.iter().any(|l| l.tls) => {
+            Some(tls::acceptor(t).map_err(ServeError::Tls)?)
+        }
+        _ => None,
+    };
+    let kinds: Vec<Kind> = (0..listeners.len())
+        .map(|i| {
+            let l = app.server.listen.get(i);
+            Kind {
+                tls: l.filter(|l| l.tls).and(acceptor.clone()),
+                proxy_protocol: l.is_some_and(|l| l.proxy_protocol),
+            }
+        })
+        .collect();
     let (tx, rx) = watch::channel(false);
     let connections = Arc::new(Semaphore::new(app.server.max_connections));
     let workers = app.server.workers.max(1);
@@ -62,7 +91,7 @@ pub async fn serve(
     match app.server.runtime {
         RuntimeModel::PerCore => {
             for w in 0..workers {
-                let sockets = sockets_for(&listeners, w).map_err(ServeError::Runtime)?;
+                let sockets = sockets_for(&listeners, &kinds, w).map_err(ServeError::Runtime)?;
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -72,18 +101,25 @@ pub async fn serve(
             }
         }
         RuntimeModel::Shared => {
-            let sockets: Vec<TcpListener> = listeners.into_iter().flatten().collect();
+            let sockets: Vec<(TcpListener, Kind)> = listeners
+                .into_iter()
+                .zip(kinds)
+                .flat_map(|(group, kind)| group.into_iter().map(move |s| (s, kind.clone())))
+                .collect();
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(workers)
                 .thread_name("swan-worker")
                 .enable_all()
                 .build()
                 .map_err(ServeError::Runtime)?;
-            let work = worker(app, sockets, rx, connections);
+            let work = worker(app.clone(), sockets, rx, connections);
             done.push(run_on_thread("swan-main".to_owned(), runtime, work)?);
         }
     }
+    app.observe.set_readiness(crate::observe::Readiness::Ready);
     shutdown.await;
+    app.observe
+        .set_readiness(crate::observe::Readiness::Draining);
     tracing::info!("shutting down: no new connections, draining");
     let _ = tx.send(true);
     for d in done {
@@ -113,18 +149,23 @@ fn run_on_thread(
 
 /// The sockets worker `w` accepts on: its own socket of each group, or a
 /// duplicate of the group's only socket.
-fn sockets_for(listeners: &[Vec<TcpListener>], w: usize) -> io::Result<Vec<TcpListener>> {
+fn sockets_for(
+    listeners: &[Vec<TcpListener>],
+    kinds: &[Kind],
+    w: usize,
+) -> io::Result<Vec<(TcpListener, Kind)>> {
     listeners
         .iter()
-        .filter(|g| !g.is_empty())
-        .map(|g| g[w % g.len()].try_clone())
+        .zip(kinds)
+        .filter(|(g, _)| !g.is_empty())
+        .map(|(g, kind)| Ok((g[w % g.len()].try_clone()?, kind.clone())))
         .collect()
 }
 
 /// One runtime's share of the work: accept loops, then the drain.
 async fn worker(
     app: Arc<App>,
-    sockets: Vec<TcpListener>,
+    sockets: Vec<(TcpListener, Kind)>,
     shutdown: watch::Receiver<bool>,
     connections: Arc<Semaphore>,
 ) {
@@ -149,7 +190,7 @@ async fn worker(
         local_rx
     };
     let mut accepting = Vec::new();
-    for socket in sockets {
+    for (socket, kind) in sockets {
         let listener = match tokio::net::TcpListener::from_std(socket) {
             Ok(l) => l,
             Err(e) => {
@@ -159,6 +200,7 @@ async fn worker(
         };
         accepting.push(tokio::spawn(accept_loop(
             listener,
+            kind,
             app.clone(),
             builder.clone(),
             shutdown.clone(),
@@ -182,8 +224,13 @@ async fn worker(
     }
 }
 
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the worker's shared parts, once per socket"
+)]
 async fn accept_loop(
     listener: tokio::net::TcpListener,
+    kind: Kind,
     app: Arc<App>,
     builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
     mut shutdown: watch::Receiver<bool>,
@@ -218,15 +265,60 @@ async fn accept_loop(
             },
         };
         let _ = stream.set_nodelay(true);
-        tracker.spawn(conn::serve(
-            stream,
-            remote,
-            app.clone(),
-            builder.clone(),
-            shutdown.clone(),
-            limits,
-            permit,
-        ));
+        let (app, builder, shutdown) = (app.clone(), builder.clone(), shutdown.clone());
+        if kind.tls.is_none() && !kind.proxy_protocol {
+            let peer = Peer::direct(remote, false);
+            tracker.spawn(conn::serve(
+                stream, peer, app, builder, shutdown, limits, permit,
+            ));
+        } else {
+            tracker.spawn(handshake(
+                stream,
+                remote,
+                kind.clone(),
+                app,
+                builder,
+                shutdown,
+                limits,
+                permit,
+            ));
+        }
+    }
+}
+
+/// A connection that starts with a PROXY header, a TLS handshake, or
+/// both, within the header read timeout; then served like any other.
+#[expect(clippy::too_many_arguments, reason = "one connection's parts")]
+async fn handshake(
+    mut stream: tokio::net::TcpStream,
+    remote: std::net::SocketAddr,
+    kind: Kind,
+    app: Arc<App>,
+    builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
+    shutdown: watch::Receiver<bool>,
+    limits: Limits,
+    permit: OwnedSemaphorePermit,
+) {
+    let deadline = app.server.header_read_timeout;
+    let mut peer = Peer::direct(remote, kind.tls.is_some());
+    if kind.proxy_protocol {
+        match proxy_protocol::read_header(&mut stream, remote, &app.server.proxy, deadline).await {
+            Ok(client) => peer.client = client,
+            Err(e) => {
+                tracing::debug!(%remote, error = %e, "connection refused");
+                return;
+            }
+        }
+    }
+    match kind.tls {
+        None => conn::serve(stream, peer, app, builder, shutdown, limits, permit).await,
+        Some(acceptor) => match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
+            Ok(Ok(tls)) => {
+                conn::serve(tls, peer, app, builder, shutdown, limits, permit).await;
+            }
+            Ok(Err(e)) => tracing::debug!(%remote, error = %e, "TLS handshake failed"),
+            Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
+        },
     }
 }
 

@@ -222,8 +222,8 @@ impl Drop for Sending {
 }
 
 /// A stream that stamps its traffic into a [`ConnState`].
-pub(crate) struct WatchedIo {
-    inner: TcpStream,
+pub(crate) struct WatchedIo<S = TcpStream> {
+    inner: S,
     state: Arc<ConnState>,
     /// Whether the first bytes have been seen (to tell HTTP/2).
     started: bool,
@@ -231,8 +231,8 @@ pub(crate) struct WatchedIo {
     line_done: bool,
 }
 
-impl WatchedIo {
-    pub(crate) fn new(inner: TcpStream, state: Arc<ConnState>) -> WatchedIo {
+impl<S> WatchedIo<S> {
+    pub(crate) fn new(inner: S, state: Arc<ConnState>) -> WatchedIo<S> {
         WatchedIo {
             inner,
             state,
@@ -242,7 +242,7 @@ impl WatchedIo {
     }
 }
 
-impl AsyncRead for WatchedIo {
+impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -272,7 +272,7 @@ impl AsyncRead for WatchedIo {
     }
 }
 
-impl WatchedIo {
+impl<S> WatchedIo<S> {
     /// hyper answers any head over the limit with 431; when the request
     /// line itself never ended, 414 is the precise answer (RFC 9112 §3).
     fn precise_status(&self, data: &[u8]) -> Option<Vec<u8>> {
@@ -285,7 +285,7 @@ impl WatchedIo {
     }
 }
 
-impl AsyncWrite for WatchedIo {
+impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -116,6 +116,8 @@ impl Loader {
     /// module the baseline compiler cannot handle goes to Cranelift), and
     /// starts filling its pool.
     pub fn load_servlet(&self, info: ServletInfo, tier: Tier) -> Result<Arc<Servlet>, LoadError> {
+        let started = std::time::Instant::now();
+        let stats = Arc::new(super::stats::ServletStats::default());
         let info = Arc::new(info);
         let bytes = std::fs::read(&info.file).map_err(|source| LoadError::Read {
             file: info.file.clone(),
@@ -132,7 +134,8 @@ impl Loader {
                     t,
                 )
             })?;
-            let pool = InstancePool::new(guest, info.clone());
+            let _ = stats.compile_time.set(started.elapsed());
+            let pool = InstancePool::new(guest, info.clone(), stats.clone());
             if info.limits.prewarm > 0 {
                 self.engine.spawn_background(pool.clone().fill());
             }
@@ -148,13 +151,19 @@ impl Loader {
                     t,
                 )
             })?;
-            let pool = InstancePool::new(guest, info.clone());
+            let _ = stats.compile_time.set(started.elapsed());
+            let pool = InstancePool::new(guest, info.clone(), stats.clone());
             if info.limits.prewarm > 0 {
                 self.engine.spawn_background(pool.clone().fill());
             }
             (Pool::Native(pool), tier)
         };
-        Ok(Arc::new(Servlet { info, tier, pool }))
+        Ok(Arc::new(Servlet {
+            info,
+            tier,
+            pool,
+            stats,
+        }))
     }
 
     /// Loads the servlets of a site. With `previous` (a reload), unchanged

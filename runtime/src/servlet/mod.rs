@@ -11,13 +11,15 @@
 //! - `native`: guests speaking swan's native ABI (`guest-sdk/ABI.md`);
 //! - `component`: standard `wasi:http/proxy` components;
 //! - `outbound`: what a servlet may reach over HTTP;
-//! - `output`: guest stdout and stderr, per request, to the log.
+//! - `output`: guest stdout and stderr, per request, to the log;
+//! - `stats`: what a servlet has done (instances, traps, timeouts, errors).
 //!
 //! Every request runs in a fresh instance unless the servlet opts into
 //! `reuse = N`. Instances are created ahead of time, so the request path
 //! usually only takes one from a lock-free queue.
 
 mod component;
+mod deadline;
 mod guest;
 mod info;
 mod loader;
@@ -28,6 +30,7 @@ mod plan;
 mod pool;
 mod route;
 mod source;
+pub mod stats;
 
 use std::sync::Arc;
 
@@ -50,6 +53,7 @@ pub struct Servlet {
     info: Arc<ServletInfo>,
     tier: Tier,
     pool: Pool,
+    stats: Arc<stats::ServletStats>,
 }
 
 /// A servlet's instances, by kind of guest.
@@ -111,6 +115,19 @@ impl Servlet {
             Pool::Native(p) => p.ready(),
             Pool::Component(p) => p.ready(),
         }
+    }
+
+    /// Requests running right now.
+    pub fn in_use(&self) -> usize {
+        match &self.pool {
+            Pool::Native(p) => p.in_use(),
+            Pool::Component(p) => p.in_use(),
+        }
+    }
+
+    /// What this servlet has done since it was loaded.
+    pub fn stats(&self) -> &stats::ServletStats {
+        &self.stats
     }
 
     /// What kind of guest this is.

@@ -21,6 +21,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::guest::{Guest, GuestError, Lent};
 use super::info::{CallContext, ServletInfo};
+use super::stats::ServletStats;
 use crate::body::Body;
 use crate::request::RequestError;
 
@@ -28,6 +29,7 @@ use crate::request::RequestError;
 pub(crate) struct InstancePool<G: Guest> {
     guest: G,
     info: Arc<ServletInfo>,
+    stats: Arc<ServletStats>,
     /// Instances ready to serve (fresh, or kept for reuse).
     ready: ArrayQueue<Pooled<G::Instance>>,
     /// Requests running at once.
@@ -43,7 +45,7 @@ struct Pooled<I> {
 }
 
 impl<G: Guest> InstancePool<G> {
-    pub(crate) fn new(guest: G, info: Arc<ServletInfo>) -> Arc<Self> {
+    pub(crate) fn new(guest: G, info: Arc<ServletInfo>, stats: Arc<ServletStats>) -> Arc<Self> {
         let limits = &info.limits;
         // Room for the prewarmed instances and, with reuse, for every
         // instance that comes back from a request.
@@ -58,6 +60,7 @@ impl<G: Guest> InstancePool<G> {
             permits: Arc::new(Semaphore::new(limits.max_concurrency as usize)),
             refilling: AtomicUsize::new(0),
             info,
+            stats,
         })
     }
 
@@ -69,6 +72,20 @@ impl<G: Guest> InstancePool<G> {
     /// Instances ready right now.
     pub(crate) fn ready(&self) -> usize {
         self.ready.len()
+    }
+
+    /// Requests running right now.
+    pub(crate) fn in_use(&self) -> usize {
+        (self.info.limits.max_concurrency as usize).saturating_sub(self.permits.available_permits())
+    }
+
+    /// Makes an instance, counted.
+    async fn instantiate(&self) -> Result<G::Instance, GuestError> {
+        let made = self.guest.instantiate().await;
+        if made.is_ok() {
+            self.stats.instantiated.add(1);
+        }
+        made
     }
 
     /// Fills the ready queue up to `prewarm`, once (at load).
@@ -83,7 +100,7 @@ impl<G: Guest> InstancePool<G> {
     /// Makes one instance and queues it; false when that failed or the
     /// queue is full.
     async fn add_one(&self) -> bool {
-        match self.guest.instantiate().await {
+        match self.instantiate().await {
             Ok(instance) => self
                 .ready
                 .push(Pooled {
@@ -116,7 +133,7 @@ impl<G: Guest> InstancePool<G> {
         };
         let pooled = match self.ready.pop() {
             Some(p) => p,
-            None => match self.guest.instantiate().await {
+            None => match self.instantiate().await {
                 Ok(instance) => Pooled {
                     instance,
                     served: 0,

@@ -150,6 +150,7 @@ pub(crate) fn build(
     let target = out.join(format!("{}.wasm", source.name));
     let staging = out.join(format!("{}.wasm.building", source.name));
     tracing::info!(servlet = %source.name, dir = %source.dir.display(), kind = ?source.kind, "building servlet");
+    let started = Instant::now();
     let built = match source.kind {
         SourceKind::Rust => {
             let target_dir = servlets.join("target").join("cargo");
@@ -203,9 +204,17 @@ pub(crate) fn build(
     }
     std::fs::rename(&staging, &target)
         .map_err(|e| fail(format!("cannot install {}: {e}", target.display())))?;
-    tracing::info!(servlet = %source.name, file = %target.display(), "servlet built");
+    tracing::info!(
+        servlet = %source.name,
+        file = %target.display(),
+        took_ms = started.elapsed().as_millis() as u64,
+        "servlet built"
+    );
     Ok(target)
 }
+
+/// How often a long build says it is still running.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// Runs a build command in a process group of its own, logging its output
 /// line by line as it comes; past `timeout` the whole group is killed.
@@ -246,7 +255,17 @@ fn run(name: &str, mut cmd: Command, timeout: Duration) -> Result<(), String> {
         name.to_owned(),
     );
     let started = Instant::now();
+    let mut next_progress = PROGRESS_EVERY;
     let status = loop {
+        if started.elapsed() >= next_progress {
+            tracing::info!(
+                servlet = %name,
+                elapsed_s = next_progress.as_secs(),
+                limit_s = timeout.as_secs(),
+                "still building"
+            );
+            next_progress += PROGRESS_EVERY;
+        }
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
             Ok(None) if started.elapsed() > timeout => {

@@ -239,6 +239,7 @@ impl SiteCache {
             cache: SiteCache::default(),
             visited: HashSet::new(),
             previous,
+            progress: Progress::new(),
         };
         loader.cache.dirs.insert("/".into());
         loader.walk(&root, "").map_err(|source| CacheError::Root {
@@ -305,6 +306,40 @@ struct Loader<'a> {
     cache: SiteCache,
     visited: HashSet<PathBuf>,
     previous: Option<&'a SiteCache>,
+    progress: Progress,
+}
+
+/// A load that takes long says how far it got, every few seconds.
+struct Progress {
+    started: std::time::Instant,
+    next: std::time::Duration,
+    files: usize,
+}
+
+impl Progress {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+    fn new() -> Progress {
+        Progress {
+            started: std::time::Instant::now(),
+            next: Progress::EVERY,
+            files: 0,
+        }
+    }
+
+    fn file_done(&mut self, site: &str, cached_bytes: u64) {
+        self.files += 1;
+        if self.files.is_multiple_of(256) && self.started.elapsed() >= self.next {
+            self.next = self.started.elapsed() + Progress::EVERY;
+            tracing::info!(
+                site,
+                files = self.files,
+                cached_mib = cached_bytes >> 20,
+                elapsed_s = self.started.elapsed().as_secs(),
+                "loading files"
+            );
+        }
+    }
 }
 
 impl Loader<'_> {
@@ -346,10 +381,12 @@ impl Loader<'_> {
                 if let Err(e) = self.walk(&real, &key) {
                     tracing::warn!(site = %self.site.name, dir = %path.display(), error = %e, "skipped folder");
                 }
-            } else if meta.is_file()
-                && let Err(e) = self.add_file(&real, key, &meta)
-            {
-                tracing::warn!(site = %self.site.name, file = %path.display(), error = %e, "skipped file");
+            } else if meta.is_file() {
+                if let Err(e) = self.add_file(&real, key, &meta) {
+                    tracing::warn!(site = %self.site.name, file = %path.display(), error = %e, "skipped file");
+                }
+                self.progress
+                    .file_done(&self.site.name, self.cache.stats.cached_bytes);
             }
         }
         Ok(())

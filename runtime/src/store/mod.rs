@@ -22,6 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::config::{StoreConfig, StoreKind, StoreLimits};
+use crate::observe::counters::Counter;
 
 /// Why a store operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,6 +66,20 @@ pub struct Store {
     name: String,
     limits: StoreLimits,
     backend: Backend,
+    stats: StoreStats,
+}
+
+/// What a store has done, for metrics.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    /// Operations asked of it.
+    pub operations: Counter,
+    /// Operations that found the backend unreachable.
+    pub unavailable: Counter,
+    /// Operations over a limit.
+    pub limited: Counter,
+    /// Other failures (not a number, backend errors).
+    pub failed: Counter,
 }
 
 enum Backend {
@@ -102,6 +117,7 @@ impl Store {
             name: config.name.clone(),
             limits: config.limits,
             backend,
+            stats: StoreStats::default(),
         })
     }
 
@@ -123,6 +139,22 @@ impl Store {
         self.limits
     }
 
+    /// What it has done.
+    pub fn stats(&self) -> &StoreStats {
+        &self.stats
+    }
+
+    fn tally<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        self.stats.operations.add(1);
+        match &result {
+            Ok(_) => {}
+            Err(StoreError::Unavailable(_)) => self.stats.unavailable.add(1),
+            Err(StoreError::Limit(_)) => self.stats.limited.add(1),
+            Err(_) => self.stats.failed.add(1),
+        }
+        result
+    }
+
     fn check_key(&self, key: &str) -> Result<(), StoreError> {
         if key.len() as u64 > self.limits.max_key_bytes {
             return Err(StoreError::Limit("key too large"));
@@ -139,11 +171,15 @@ impl Store {
 
     /// The value of `key`, if any (and not expired).
     pub async fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
-        self.check_key(key)?;
-        match &self.backend {
-            Backend::Embedded(b) => b.get(key),
-            Backend::Redis(b) => b.get(key).await,
+        let result = async {
+            self.check_key(key)?;
+            match &self.backend {
+                Backend::Embedded(b) => b.get(key),
+                Backend::Redis(b) => b.get(key).await,
+            }
         }
+        .await;
+        self.tally(result)
     }
 
     /// Sets `key`, expiring after `ttl` if given.
@@ -153,21 +189,29 @@ impl Store {
         value: Bytes,
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
-        self.check_key(key)?;
-        self.check_value(&value)?;
-        match &self.backend {
-            Backend::Embedded(b) => b.set(key, value, ttl).await,
-            Backend::Redis(b) => b.set(key, value, ttl).await,
+        let result = async {
+            self.check_key(key)?;
+            self.check_value(&value)?;
+            match &self.backend {
+                Backend::Embedded(b) => b.set(key, value, ttl).await,
+                Backend::Redis(b) => b.set(key, value, ttl).await,
+            }
         }
+        .await;
+        self.tally(result)
     }
 
     /// Deletes `key`; whether it existed.
     pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
-        self.check_key(key)?;
-        match &self.backend {
-            Backend::Embedded(b) => b.delete(key).await,
-            Backend::Redis(b) => b.delete(key).await,
+        let result = async {
+            self.check_key(key)?;
+            match &self.backend {
+                Backend::Embedded(b) => b.delete(key).await,
+                Backend::Redis(b) => b.delete(key).await,
+            }
         }
+        .await;
+        self.tally(result)
     }
 
     /// Whether `key` exists.
@@ -183,22 +227,30 @@ impl Store {
         cursor: Option<u64>,
         limit: u64,
     ) -> Result<KeyPage, StoreError> {
-        self.check_key(prefix)?;
-        let limit = limit.clamp(1, self.limits.max_list_keys);
-        match &self.backend {
-            Backend::Embedded(b) => b.list(prefix, cursor, limit),
-            Backend::Redis(b) => b.list(prefix, cursor, limit).await,
+        let result = async {
+            self.check_key(prefix)?;
+            let limit = limit.clamp(1, self.limits.max_list_keys);
+            match &self.backend {
+                Backend::Embedded(b) => b.list(prefix, cursor, limit),
+                Backend::Redis(b) => b.list(prefix, cursor, limit).await,
+            }
         }
+        .await;
+        self.tally(result)
     }
 
     /// Adds `delta` to the whole number stored at `key` (0 when absent),
     /// atomically; the new value.
     pub async fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
-        self.check_key(key)?;
-        match &self.backend {
-            Backend::Embedded(b) => b.increment(key, delta).await,
-            Backend::Redis(b) => b.increment(key, delta).await,
+        let result = async {
+            self.check_key(key)?;
+            match &self.backend {
+                Backend::Embedded(b) => b.increment(key, delta).await,
+                Backend::Redis(b) => b.increment(key, delta).await,
+            }
         }
+        .await;
+        self.tally(result)
     }
 
     /// Sets `key` to `new` only if its value is `expected` (`None`: absent);
@@ -209,12 +261,16 @@ impl Store {
         expected: Option<Bytes>,
         new: Bytes,
     ) -> Result<bool, StoreError> {
-        self.check_key(key)?;
-        self.check_value(&new)?;
-        match &self.backend {
-            Backend::Embedded(b) => b.compare_and_swap(key, expected, new).await,
-            Backend::Redis(b) => b.compare_and_swap(key, expected, new).await,
+        let result = async {
+            self.check_key(key)?;
+            self.check_value(&new)?;
+            match &self.backend {
+                Backend::Embedded(b) => b.compare_and_swap(key, expected, new).await,
+                Backend::Redis(b) => b.compare_and_swap(key, expected, new).await,
+            }
         }
+        .await;
+        self.tally(result)
     }
 
     /// Whether the backend answers (a Redis PING; always for embedded).

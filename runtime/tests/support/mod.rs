@@ -69,3 +69,84 @@ pub(crate) fn stop(mut child: std::process::Child) -> String {
     let _ = child.wait();
     log
 }
+
+/// A running `swan serve` whose banner was read: the public URLs and the
+/// admin address (when `[admin]` is configured).
+pub(crate) struct Running {
+    pub(crate) child: std::process::Child,
+    /// Every `http://` or `https://` address of the banner, in order
+    /// (`host:port`).
+    pub(crate) urls: Vec<String>,
+    /// The admin listener's `host:port`.
+    pub(crate) admin: Option<String>,
+}
+
+/// Starts `swan serve` in `dir` with `args` and reads its banner (and the
+/// admin line when `admin` is expected).
+pub(crate) fn start(dir: &std::path::Path, args: &[&str], admin: bool) -> Running {
+    let mut child = swan()
+        .current_dir(dir)
+        .arg("serve")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut banner = String::new();
+    out.read_line(&mut banner).expect("banner");
+    let urls = banner
+        .split_whitespace()
+        .filter_map(|w| {
+            w.strip_prefix("http://")
+                .or_else(|| w.strip_prefix("https://"))
+        })
+        .map(|a| a.trim_end_matches('/').to_owned())
+        .collect::<Vec<_>>();
+    assert!(!urls.is_empty(), "no url in banner: {banner:?}");
+    let admin = admin.then(|| {
+        let mut line = String::new();
+        out.read_line(&mut line).expect("admin line");
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("http://"))
+            .map(|a| a.trim_end_matches('/').to_owned())
+            .unwrap_or_else(|| panic!("no admin address: {line:?}"))
+    });
+    // Keep draining stdout (the access log may go there) so swan never
+    // blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while out.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
+            sink.clear();
+        }
+    });
+    Running { child, urls, admin }
+}
+
+/// Sends raw `request` bytes to `addr` and reads the whole reply.
+pub(crate) fn raw(addr: &str, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    stream.write_all(request).expect("write");
+    let mut reply = Vec::new();
+    let _ = stream.read_to_end(&mut reply);
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
+/// The status code of an HTTP reply (0 when there is none).
+pub(crate) fn status_of(reply: &str) -> u16 {
+    reply
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Sends SIGTERM to a child by pid.
+pub(crate) fn term(child: &std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+}

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use toml::de::DeTable;
 
+mod ops;
 mod server;
 mod site;
 mod store;
@@ -37,6 +38,9 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "request_id_header",
     "build_sources",
     "build_timeout",
+    "drain_grace",
+    "tls",
+    "proxy",
 ];
 /// Keys of `[[site]]`.
 pub(crate) const SITE_KEYS: &[&str] = &[
@@ -87,7 +91,7 @@ pub(crate) const STORE_KEYS: &[&str] = &[
 /// Keys of `[[site.route]]` besides the servlet limits.
 pub(crate) const ROUTE_KEYS: &[&str] = &["path", "servlet", "settings"];
 /// Top-level keys.
-pub(crate) const ROOT_KEYS: &[&str] = &["server", "site", "store"];
+pub(crate) const ROOT_KEYS: &[&str] = &["server", "site", "store", "admin", "log"];
 
 /// Reads a document as far as it goes: the configuration (possibly
 /// incomplete when `diag` has errors) and where its values came from.
@@ -110,13 +114,27 @@ pub(crate) fn document(
         }
     };
     let mut root = TableReader::new("", document.span(), document.get_ref());
+    let mut positions = Positions::default();
     let server = match root.table(diag, "server") {
         Some(mut t) => {
-            let s = server::read(&mut t, diag);
+            let s = server::read(&mut t, diag, base, &mut positions.tls);
             t.finish(diag, SERVER_KEYS);
             s
         }
         None => ServerConfig::defaults(),
+    };
+    let admin = root.table(diag, "admin").and_then(|mut t| {
+        let a = ops::admin(&mut t, diag);
+        t.finish(diag, ops::ADMIN_KEYS);
+        a
+    });
+    let log = match root.table(diag, "log") {
+        Some(mut t) => {
+            let l = ops::log(&mut t, diag, base);
+            t.finish(diag, ops::LOG_KEYS);
+            l
+        }
+        None => Default::default(),
     };
     let site_tables = root.tables(diag, "site");
     let store_tables = root.tables(diag, "store");
@@ -124,7 +142,6 @@ pub(crate) fn document(
     root.finish(diag, ROOT_KEYS);
 
     let mut sites = Vec::new();
-    let mut positions = Positions::default();
     for (index, mut t) in site_tables.into_iter().enumerate() {
         let read = site::read(&mut t, diag, base, index);
         t.finish(diag, SITE_KEYS);
@@ -164,6 +181,8 @@ pub(crate) fn document(
         server,
         sites,
         stores,
+        admin,
+        log,
     };
     Some((config, positions))
 }

@@ -1,36 +1,34 @@
 //! `[server]`.
 
-use super::parse_listen;
+use super::ops;
 use crate::config::reader::{Diagnostics, TableReader};
 use crate::config::types::{
-    DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_INSTANCES, MAX_MAX_HEADER_BYTES,
-    MIN_MAX_HEADER_BYTES, RuntimeModel, ServerConfig,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_INSTANCES, MAX_MAX_HEADER_BYTES, MIN_MAX_HEADER_BYTES,
+    RuntimeModel, ServerConfig,
 };
 
 /// Reads `[server]`.
-pub(super) fn read(t: &mut TableReader<'_, '_>, diag: &mut Diagnostics<'_>) -> ServerConfig {
+pub(super) fn read(
+    t: &mut TableReader<'_, '_>,
+    diag: &mut Diagnostics<'_>,
+    base: &std::path::Path,
+    tls_span: &mut Option<std::ops::Range<usize>>,
+) -> ServerConfig {
     let mut s = ServerConfig::defaults();
-    if let Some(values) = t.strings(diag, "listen") {
-        let mut listen = Vec::new();
-        for (n, v) in values.iter().enumerate() {
-            match parse_listen(v.get_ref()) {
-                Ok(addr) => listen.push(addr),
-                Err((message, hint)) => diag.error(
-                    v.span(),
-                    &format!("server.listen[{n}]"),
-                    message,
-                    Some(hint),
-                ),
-            }
-        }
-        if values.is_empty() {
-            diag.error(
-                t.span(),
-                "server.listen",
-                "no listen address",
-                Some(format!("give at least one, such as [\"{DEFAULT_LISTEN}\"]")),
-            );
-        }
+    if let Some(mut tls) = t.table(diag, "tls") {
+        *tls_span = Some(tls.span());
+        s.tls = ops::tls(&mut tls, diag, base);
+        tls.finish(diag, ops::TLS_KEYS);
+    }
+    if let Some(mut proxy) = t.table(diag, "proxy") {
+        s.proxy = ops::proxy(&mut proxy, diag);
+        proxy.finish(diag, ops::PROXY_KEYS);
+    }
+    let context = ops::ListenContext {
+        has_tls: tls_span.is_some(),
+        has_trusted: !s.proxy.trusted.is_empty(),
+    };
+    if let Some(listen) = ops::listeners(t, diag, context) {
         s.listen = listen;
     }
     if let Some(n) = t.uint(diag, "workers", 1024) {
@@ -82,9 +80,10 @@ pub(super) fn read(t: &mut TableReader<'_, '_>, diag: &mut Diagnostics<'_>) -> S
         ("send_timeout", &mut s.send_timeout),
         ("body_timeout", &mut s.body_timeout),
         ("drain_timeout", &mut s.drain_timeout),
+        ("drain_grace", &mut s.drain_grace),
     ] {
         if let Some(d) = t.duration(diag, key) {
-            if d.get_ref().is_zero() && key != "drain_timeout" {
+            if d.get_ref().is_zero() && key != "drain_timeout" && key != "drain_grace" {
                 diag.error(
                     d.span(),
                     &format!("server.{key}"),

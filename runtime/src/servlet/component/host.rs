@@ -3,6 +3,7 @@
 //! decide what outbound HTTP may do.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
@@ -11,6 +12,7 @@ use wasmtime_wasi_config::{WasiConfig, WasiConfigVariables};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::engine::InstanceTicket;
+use crate::servlet::deadline::Deadline;
 use crate::servlet::info::ServletInfo;
 use crate::servlet::outbound::{Outbound, OutboundHooks};
 use crate::servlet::output::GuestOutput;
@@ -37,8 +39,11 @@ pub(crate) struct ComponentHost {
     pub(crate) kv: StoreAccess,
     pub(crate) limits: StoreLimits,
     pub(crate) info: Arc<ServletInfo>,
-    /// Epoch ticks the current request may still run.
-    pub(crate) ticks_left: u64,
+    /// When the current request (or instantiation) must stop.
+    pub(crate) deadline: Deadline,
+    /// Whether the current response's head is out: from then on only run
+    /// time counts against the deadline.
+    pub(crate) head_sent: Arc<AtomicBool>,
     pub(crate) stdout: GuestOutput,
     pub(crate) stderr: GuestOutput,
     /// The request id, for the output's log lines.
@@ -81,7 +86,8 @@ impl ComponentHost {
             config,
             limits,
             info,
-            ticks_left: 0,
+            deadline: Deadline::default(),
+            head_sent: Arc::default(),
             stdout,
             stderr,
             request_id: String::new(),

@@ -32,11 +32,12 @@ use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 pub(crate) use body::{BodyVerdict, LimitedBody};
 
 use super::LoadError;
+use super::deadline::Deadline;
 use super::guest::{Guest, GuestError, Lent};
 use super::info::{CallContext, ServletInfo};
 use super::outbound::Outbound;
 use crate::body::Body;
-use crate::engine::{EPOCH_TICK, Engine, Tier};
+use crate::engine::{Engine, Tier};
 use crate::request::RequestError;
 use crate::store::Stores;
 use body::{GuestBody, Outcome};
@@ -212,11 +213,6 @@ pub(crate) fn load(
     }
 }
 
-/// Epoch ticks in `timeout`, at least one.
-fn deadline_ticks(timeout: Duration) -> u64 {
-    (timeout.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64
-}
-
 impl Guest for ComponentGuest {
     type Instance = ComponentInstance;
     type Input = ComponentInput;
@@ -234,10 +230,10 @@ impl Guest for ComponentGuest {
         store.limiter(|h| &mut h.limits);
         store.epoch_deadline_callback(|mut ctx| {
             let host = ctx.data_mut();
-            if host.ticks_left == 0 {
+            let wall_clock = !host.head_sent.load(Ordering::Relaxed);
+            if host.deadline.passed(wall_clock) {
                 return Err(DeadlineExceeded.into());
             }
-            host.ticks_left -= 1;
             Ok(UpdateDeadline::Yield(1))
         });
         // Time blocked in a host call (waiting for the client to read, for
@@ -249,7 +245,7 @@ impl Guest for ComponentGuest {
             }
             Ok(())
         });
-        store.data_mut().ticks_left = deadline_ticks(self.info.limits.timeout);
+        store.data_mut().deadline = Deadline::after(self.info.limits.timeout);
         store.set_epoch_deadline(1);
         let proxy = match self.pre.instantiate_async(&mut store).await {
             Ok(p) => p,
@@ -272,10 +268,12 @@ impl Guest for ComponentGuest {
             return Err(RequestError::ServletFault);
         };
         let (resp_tx, resp_rx) = oneshot::channel();
+        let head_sent = Arc::new(AtomicBool::new(false));
         let (req, out) = {
             let host = instance.store.data_mut();
+            host.head_sent = head_sent.clone();
             host.request_id.clone_from(&id);
-            host.ticks_left = deadline_ticks(self.info.limits.timeout);
+            host.deadline = Deadline::after(self.info.limits.timeout);
             host.kv.reset();
             let mut http = host.http();
             let req = http
@@ -290,7 +288,6 @@ impl Guest for ComponentGuest {
         // The guest runs in a task of its own: its response body streams
         // after `handle` returns, while the task keeps the instance.
         let (outcome_tx, outcome_rx) = oneshot::channel::<Outcome>();
-        let head_sent = Arc::new(AtomicBool::new(false));
         let task_head_sent = head_sent.clone();
         // A guest that fails after a store was unavailable gives 503.
         let store_down = Arc::new(AtomicBool::new(false));

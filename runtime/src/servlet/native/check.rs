@@ -135,7 +135,8 @@ pub(crate) fn load(
                 .map_err(|e| format!("{e:#}"))?;
             // The probe runs under the servlet's deadline, like everything
             // a guest does.
-            ready.store.data_mut().ticks_left = super::deadline_ticks(guest.info.limits.timeout);
+            ready.store.data_mut().deadline =
+                crate::servlet::deadline::Deadline::after(guest.info.limits.timeout);
             ready.store.set_epoch_deadline(1);
             version
                 .call_async(&mut ready.store, ())

@@ -10,6 +10,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p1::WasiP1Ctx;
 
 use crate::engine::InstanceTicket;
+use crate::servlet::deadline::Deadline;
 use crate::servlet::info::ServletInfo;
 use crate::servlet::outbound::Outbound;
 use crate::servlet::output::GuestOutput;
@@ -72,8 +73,8 @@ pub(crate) struct Host {
     pub(crate) kv: StoreAccess,
     /// Stores opened in this request, by handle.
     pub(crate) kv_open: Vec<Arc<Store>>,
-    /// Epoch ticks the current request may still run.
-    pub(crate) ticks_left: u64,
+    /// When the current request (or instantiation) must stop.
+    pub(crate) deadline: Deadline,
     stdout: GuestOutput,
     stderr: GuestOutput,
     /// This instance's place in the process-wide instance budget.
@@ -111,7 +112,7 @@ impl Host {
             fetched: Fetched::default(),
             kv,
             kv_open: Vec::new(),
-            ticks_left: 0,
+            deadline: Deadline::default(),
             stdout,
             stderr,
             _ticket: ticket,

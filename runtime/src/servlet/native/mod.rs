@@ -25,11 +25,12 @@ pub use abi::ABI_VERSION;
 pub use check::LoadError;
 pub(crate) use check::load;
 
+use super::deadline::Deadline;
 use super::guest::{Guest, GuestError, Lent};
 use super::info::{CallContext, ServletInfo};
 use super::outbound::Outbound;
 use crate::body::Body;
-use crate::engine::{EPOCH_TICK, Engine, Tier};
+use crate::engine::{Engine, Tier};
 use crate::request::{BodyPolicy, RequestError, body};
 use crate::store::{StoreAccess, Stores};
 use host::{Host, RequestData, ResponseData};
@@ -116,11 +117,6 @@ where
     Ok(NativeInput { parts, body })
 }
 
-/// Epoch ticks in `timeout`, at least one.
-fn deadline_ticks(timeout: Duration) -> u64 {
-    (timeout.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64
-}
-
 impl NativeGuest {
     fn log_fault(&self, what: &str, e: &wasmtime::Error, id: &str) {
         let detail = match e.downcast_ref::<wasmtime::Trap>() {
@@ -148,17 +144,15 @@ impl Guest for NativeGuest {
         );
         store.limiter(|h| &mut h.limits);
         store.epoch_deadline_callback(|mut ctx| {
-            let host = ctx.data_mut();
-            if host.ticks_left == 0 {
+            if ctx.data_mut().deadline.passed(true) {
                 return Err(DeadlineExceeded.into());
             }
-            host.ticks_left -= 1;
             // Yield to the worker's other tasks at every tick.
             Ok(UpdateDeadline::Yield(1))
         });
         // Start functions and `_initialize` run under the same deadline as
         // a request.
-        store.data_mut().ticks_left = deadline_ticks(self.info.limits.timeout);
+        store.data_mut().deadline = Deadline::after(self.info.limits.timeout);
         store.set_epoch_deadline(1);
         let instance = match self.pre.instantiate_async(&mut store).await {
             Ok(i) => i,
@@ -218,7 +212,7 @@ impl NativeGuest {
                 headers_text: None,
             };
             host.response = ResponseData::default();
-            host.ticks_left = deadline_ticks(limits.timeout);
+            host.deadline = Deadline::after(limits.timeout);
             host.kv.reset();
             host.kv_open.clear();
         }

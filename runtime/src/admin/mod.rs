@@ -1,0 +1,206 @@
+//! The admin listener (`[admin] listen`, loopback by default): a small
+//! HTTP/1.1 server on a thread of its own, away from the public port and
+//! its workers, so probes and scrapes answer even when the workers are
+//! saturated.
+//!
+//! - `/livez`: 200 while the process answers;
+//! - `/readyz`: 200 when it should get traffic; 503 while starting, while
+//!   draining after SIGTERM, and while a store some route needs does not
+//!   answer;
+//! - `/metrics`: Prometheus text format (`metrics`);
+//! - `/` and `/status.json`: the status page (`status`).
+
+mod metrics;
+mod status;
+
+use std::convert::Infallible;
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::sync::Semaphore;
+
+use crate::app::App;
+use crate::observe::Readiness;
+
+/// Connections the admin listener serves at once.
+const MAX_CONNECTIONS: usize = 64;
+/// Time a store has to answer a readiness check.
+const STORE_CHECK: Duration = Duration::from_secs(1);
+
+/// A running admin listener.
+#[derive(Debug)]
+pub struct Admin {
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+/// The admin listener could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr} for [admin]")]
+pub struct AdminError {
+    /// The address.
+    pub addr: SocketAddr,
+    /// Why.
+    #[source]
+    pub source: io::Error,
+}
+
+/// Binds `addr` (exclusively: no port sharing) and serves the admin
+/// endpoints for `app` until the process exits.
+pub fn start(app: Arc<App>, addr: SocketAddr) -> Result<Admin, AdminError> {
+    let error = |source| AdminError { addr, source };
+    let listener = TcpListener::bind(addr).map_err(error)?;
+    listener.set_nonblocking(true).map_err(error)?;
+    let bound = listener.local_addr().map_err(error)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(error)?;
+    std::thread::Builder::new()
+        .name("swan-admin".to_owned())
+        .spawn(move || runtime.block_on(serve(app, listener)))
+        .map_err(error)?;
+    Ok(Admin { addr: bound })
+}
+
+async fn serve(app: Arc<App>, listener: TcpListener) {
+    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+        tracing::error!("cannot register the admin listener");
+        return;
+    };
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (stream, _) = match listener.accept().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(error = %e, "admin accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let app = app.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let app = app.clone();
+                async move { Ok::<_, Infallible>(answer(&app, req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(Duration::from_secs(60), conn).await;
+            drop(permit);
+        });
+    }
+}
+
+fn reply(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut res = Response::new(Full::new(body.into()));
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
+    res
+}
+
+/// Readiness with its reason: `Ok(())` ready, `Err(why)` not.
+async fn readiness(app: &App) -> Result<(), String> {
+    match app.observe.readiness() {
+        Readiness::Starting => return Err("starting".to_owned()),
+        Readiness::Draining => return Err("draining".to_owned()),
+        Readiness::Ready => {}
+    }
+    if let Some(loader) = &app.loader {
+        for store in loader.stores().iter() {
+            match tokio::time::timeout(STORE_CHECK, store.ping()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(format!("store {} unreachable: {e}", store.name())),
+                Err(_) => {
+                    return Err(format!(
+                        "store {} unreachable: no answer in 1 s",
+                        store.name()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn answer(app: &Arc<App>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut res = reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "GET or HEAD\n",
+        );
+        res.headers_mut()
+            .insert(header::ALLOW, http::HeaderValue::from_static("GET, HEAD"));
+        return res;
+    }
+    match req.uri().path() {
+        "/livez" => reply(StatusCode::OK, "text/plain", "ok\n"),
+        "/readyz" => match readiness(app).await {
+            Ok(()) => reply(StatusCode::OK, "text/plain", "ready\n"),
+            Err(why) => reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("not ready: {why}\n"),
+            ),
+        },
+        "/metrics" => reply(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics::render(app),
+        ),
+        "/status.json" => {
+            let ready = readiness_word(app).await;
+            reply(
+                StatusCode::OK,
+                "application/json",
+                status::json(app, &ready).to_string(),
+            )
+        }
+        "/" => {
+            let ready = readiness_word(app).await;
+            reply(
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                status::html(&status::json(app, &ready)),
+            )
+        }
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found: try /livez, /readyz, /metrics, /status.json or /\n",
+        ),
+    }
+}
+
+async fn readiness_word(app: &App) -> String {
+    match readiness(app).await {
+        Ok(()) => "ready".to_owned(),
+        Err(why) => why,
+    }
+}

@@ -1,0 +1,76 @@
+//! A PEM certificate chain and private key, loaded into what rustls serves.
+//! PEM parsing is rustls-pki-types' own (no separate, unmaintained PEM
+//! crate); the key is checked to belong to the leaf certificate, so a
+//! mismatched pair is refused at load instead of failing every handshake.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
+
+/// Why a certificate and key cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    /// A file could not be read or holds no PEM object of the right kind.
+    #[error("{file}: {reason}")]
+    File {
+        /// The file.
+        file: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The key is not usable, or does not belong to the certificate.
+    #[error("{0}")]
+    Key(String),
+}
+
+/// The crypto provider swan's TLS uses (ring, like the outbound client).
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Loads `cert` (a PEM chain, leaf first) and `key` (PKCS#8, PKCS#1 or
+/// SEC1 PEM).
+pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey, CertError> {
+    let file_error = |file: &Path, reason: String| CertError::File {
+        file: file.display().to_string(),
+        reason,
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| file_error(cert, pem_reason(&e)))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| file_error(cert, pem_reason(&e)))?;
+    if chain.is_empty() {
+        return Err(file_error(
+            cert,
+            "no CERTIFICATE block in the file".to_owned(),
+        ));
+    }
+    let der = PrivateKeyDer::from_pem_file(key).map_err(|e| file_error(key, pem_reason(&e)))?;
+    let provider = provider();
+    let signing = provider
+        .key_provider
+        .load_private_key(der)
+        .map_err(|e| CertError::Key(format!("{}: unusable private key: {e}", key.display())))?;
+    let certified = CertifiedKey::new(chain, signing);
+    certified.keys_match().map_err(|e| {
+        CertError::Key(format!(
+            "{} does not belong to the certificate in {}: {e}",
+            key.display(),
+            cert.display()
+        ))
+    })?;
+    Ok(certified)
+}
+
+fn pem_reason(e: &rustls::pki_types::pem::Error) -> String {
+    use rustls::pki_types::pem::Error;
+    match e {
+        Error::Io(io) => io.to_string(),
+        Error::NoItemsFound => "no PEM block of the expected kind in the file".to_owned(),
+        other => format!("not valid PEM: {other:?}"),
+    }
+}

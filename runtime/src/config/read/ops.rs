@@ -1,0 +1,259 @@
+//! The production keys: `listen` entries with options, `[server.tls]`,
+//! `[server.proxy]`, `[admin]` and `[log]`.
+
+use std::path::Path;
+
+use toml::de::DeValue;
+
+use super::parse_listen;
+use crate::config::ops::{
+    AccessLogFormat, AccessLogTarget, AdminConfig, DEFAULT_ADMIN_LISTEN, ListenerConfig, LogConfig,
+    ProxyConfig, TlsConfig, parse_net,
+};
+use crate::config::reader::{Diagnostics, TableReader};
+
+/// Keys of an inline listener table in `listen`.
+pub(crate) const LISTENER_KEYS: &[&str] = &["addr", "tls", "proxy_protocol"];
+/// Keys of `[server.tls]`.
+pub(crate) const TLS_KEYS: &[&str] = &["cert", "key", "redirect_http", "hsts"];
+/// Keys of `[server.proxy]`.
+pub(crate) const PROXY_KEYS: &[&str] = &["trusted"];
+/// Keys of `[admin]`.
+pub(crate) const ADMIN_KEYS: &[&str] = &["listen"];
+/// Keys of `[log]`.
+pub(crate) const LOG_KEYS: &[&str] = &["access", "format", "buffer"];
+
+const LISTEN_HINT: &str =
+    "write \"IP:PORT\", or { addr = \"IP:PORT\", tls = true, proxy_protocol = true }";
+
+/// What the rest of `[server]` provides for listeners' options.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ListenContext {
+    /// A `[server.tls]` table is present.
+    pub(super) has_tls: bool,
+    /// `[server.proxy] trusted` names someone.
+    pub(super) has_trusted: bool,
+}
+
+/// `listen`: a string, or an array of strings and inline tables.
+pub(super) fn listeners(
+    t: &mut TableReader<'_, '_>,
+    diag: &mut Diagnostics<'_>,
+    context: ListenContext,
+) -> Option<Vec<ListenerConfig>> {
+    let value = t.take("listen")?;
+    let (items, in_array): (Vec<_>, bool) = match value.get_ref() {
+        DeValue::Array(items) => (items.iter().collect(), true),
+        _ => (vec![value], false),
+    };
+    let mut out = Vec::new();
+    for (n, item) in items.into_iter().enumerate() {
+        let path = if in_array {
+            format!("server.listen[{n}]")
+        } else {
+            "server.listen".to_owned()
+        };
+        match item.get_ref() {
+            DeValue::String(s) => match parse_listen(s) {
+                Ok(addr) => out.push(ListenerConfig::plain(addr)),
+                Err((message, hint)) => diag.error(item.span(), &path, message, Some(hint)),
+            },
+            DeValue::Table(table) => {
+                let mut l = TableReader::new(path.clone(), item.span(), table);
+                let addr = match l.string(diag, "addr") {
+                    Some(a) => match parse_listen(a.get_ref()) {
+                        Ok(addr) => Some(addr),
+                        Err((message, hint)) => {
+                            diag.error(a.span(), &l.key_path("addr"), message, Some(hint));
+                            None
+                        }
+                    },
+                    None => {
+                        diag.error(
+                            item.span(),
+                            &l.key_path("addr"),
+                            "missing key `addr`",
+                            Some(LISTEN_HINT.to_owned()),
+                        );
+                        None
+                    }
+                };
+                let tls = l.bool(diag, "tls").unwrap_or(false);
+                let proxy_protocol = l.bool(diag, "proxy_protocol").unwrap_or(false);
+                if tls && !context.has_tls {
+                    diag.error(
+                        item.span(),
+                        &l.key_path("tls"),
+                        "a TLS listener needs a certificate",
+                        Some("add [server.tls] with `cert` and `key` (PEM files)".to_owned()),
+                    );
+                }
+                if proxy_protocol && !context.has_trusted {
+                    diag.error(
+                        item.span(),
+                        &l.key_path("proxy_protocol"),
+                        "PROXY protocol headers are accepted only from trusted proxies, and none is configured",
+                        Some("list your load balancers' addresses in [server.proxy] trusted".to_owned()),
+                    );
+                }
+                l.finish(diag, LISTENER_KEYS);
+                if let Some(addr) = addr {
+                    out.push(ListenerConfig {
+                        addr,
+                        tls,
+                        proxy_protocol,
+                    });
+                }
+            }
+            other => diag.error(
+                item.span(),
+                &path,
+                format!(
+                    "expected an address or a listener table, found {}",
+                    other.type_str()
+                ),
+                Some(LISTEN_HINT.to_owned()),
+            ),
+        }
+    }
+    if out.is_empty() && !diag.has_errors() {
+        diag.error(
+            value.span(),
+            "server.listen",
+            "no listen address",
+            Some("give at least one, such as [\"127.0.0.1:8080\"]".to_owned()),
+        );
+    }
+    Some(out)
+}
+
+/// `[server.tls]`.
+pub(super) fn tls(
+    t: &mut TableReader<'_, '_>,
+    diag: &mut Diagnostics<'_>,
+    base: &Path,
+) -> Option<TlsConfig> {
+    let mut file = |key: &str, what: &str| match t.string(diag, key) {
+        Some(p) => Some(base.join(p.get_ref())),
+        None => {
+            diag.error(
+                t.span(),
+                &t.key_path(key),
+                format!("missing key `{key}`"),
+                Some(format!(
+                    "give the PEM file of the {what}, relative to this file"
+                )),
+            );
+            None
+        }
+    };
+    let cert = file("cert", "certificate chain (leaf first)");
+    let key = file("key", "private key");
+    let redirect_http = t.bool(diag, "redirect_http").unwrap_or(false);
+    let hsts = match t.string(diag, "hsts") {
+        Some(v) if v.get_ref().is_empty() => None,
+        Some(v) => match http::HeaderValue::from_str(v.get_ref()) {
+            Ok(_) => Some(v.into_inner()),
+            Err(_) => {
+                diag.error(
+                    v.span(),
+                    &t.key_path("hsts"),
+                    "not a valid header value",
+                    Some("such as \"max-age=63072000; includeSubDomains\"".to_owned()),
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    Some(TlsConfig {
+        cert: cert?,
+        key: key?,
+        redirect_http,
+        hsts,
+    })
+}
+
+/// `[server.proxy]`.
+pub(super) fn proxy(t: &mut TableReader<'_, '_>, diag: &mut Diagnostics<'_>) -> ProxyConfig {
+    let mut p = ProxyConfig::default();
+    for (n, v) in t
+        .strings(diag, "trusted")
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        match parse_net(v.get_ref()) {
+            Some(net) => p.trusted.push(net),
+            None => diag.error(
+                v.span(),
+                &format!("server.proxy.trusted[{n}]"),
+                format!("{:?} is not an IP address or network", v.get_ref()),
+                Some(
+                    "write an address (\"10.0.0.5\") or a network (\"10.0.0.0/8\", \"fd00::/8\")"
+                        .to_owned(),
+                ),
+            ),
+        }
+    }
+    p
+}
+
+/// `[admin]`.
+pub(super) fn admin(
+    t: &mut TableReader<'_, '_>,
+    diag: &mut Diagnostics<'_>,
+) -> Option<AdminConfig> {
+    let listen = match t.string(diag, "listen") {
+        Some(v) => match parse_listen(v.get_ref()) {
+            Ok(addr) => addr,
+            Err((message, hint)) => {
+                diag.error(v.span(), &t.key_path("listen"), message, Some(hint));
+                return None;
+            }
+        },
+        None => DEFAULT_ADMIN_LISTEN.parse().ok()?,
+    };
+    Some(AdminConfig { listen })
+}
+
+/// `[log]`.
+pub(super) fn log(
+    t: &mut TableReader<'_, '_>,
+    diag: &mut Diagnostics<'_>,
+    base: &Path,
+) -> LogConfig {
+    let mut l = LogConfig::default();
+    if let Some(v) = t.string(diag, "access") {
+        l.access = match v.get_ref().as_str() {
+            "off" | "" => AccessLogTarget::Off,
+            "stdout" | "-" => AccessLogTarget::Stdout,
+            path => AccessLogTarget::File(base.join(path)),
+        };
+    }
+    if let Some(v) = t.string(diag, "format") {
+        match v.get_ref().as_str() {
+            "combined" => l.format = AccessLogFormat::Combined,
+            "json" => l.format = AccessLogFormat::Json,
+            other => diag.error(
+                v.span(),
+                &t.key_path("format"),
+                format!("unknown access log format {other:?}"),
+                Some("use \"combined\" (NGINX's, default) or \"json\"".to_owned()),
+            ),
+        }
+    }
+    if let Some(n) = t.uint(diag, "buffer", 1 << 24) {
+        if *n.get_ref() == 0 {
+            diag.error(
+                n.span(),
+                &t.key_path("buffer"),
+                "a buffer of 0 lines would drop every line",
+                Some("use a positive number; the default is 16384".to_owned()),
+            );
+        } else {
+            l.buffer = *n.get_ref() as usize;
+        }
+    }
+    l
+}

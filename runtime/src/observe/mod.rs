@@ -1,0 +1,192 @@
+//! What swan reports about itself: request counters (`counters`), the
+//! access log (`access_log`), readiness, and the recent reloads. The
+//! request layer records into it; the admin listener (`crate::admin`)
+//! reads it. Recording costs a few uncontended atomic adds per request,
+//! plus one queued line when the access log is on.
+
+pub mod access_log;
+pub mod counters;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use access_log::AccessLog;
+use counters::{Counter, RouteCounters};
+
+/// A servlet route: (site name, route path).
+pub type RouteKey = (Arc<str>, Arc<str>);
+
+/// Reloads remembered for the status page.
+const RECENT_RELOADS: usize = 20;
+
+/// Whether the server should get traffic (`/readyz`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Readiness {
+    /// Loading, or not accepting yet.
+    Starting = 0,
+    /// Serving.
+    Ready = 1,
+    /// A shutdown signal came: finishing, not taking new work.
+    Draining = 2,
+}
+
+/// One reload, as the status page lists it.
+#[derive(Debug, Clone)]
+pub struct ReloadEvent {
+    /// When it finished.
+    pub at: SystemTime,
+    /// What changed ("files of site main", "configuration", ...).
+    pub what: String,
+    /// Whether it went live (false: refused, the previous state serves).
+    pub ok: bool,
+    /// Details (the refusal's reason).
+    pub detail: String,
+}
+
+/// Counters of one site's static files.
+#[derive(Debug, Default)]
+pub struct SiteCounters {
+    /// Requests answered from the files (not by a servlet).
+    pub requests: Arc<RouteCounters>,
+    /// Of those, answered from memory.
+    pub cache_hits: Counter,
+    /// Of those, streamed from disk.
+    pub streamed: Counter,
+}
+
+/// The server's own accounting.
+#[derive(Debug)]
+pub struct Observe {
+    /// When the process started serving.
+    pub started: Instant,
+    /// The same, as wall time.
+    pub started_at: SystemTime,
+    readiness: AtomicU8,
+    sites: Mutex<HashMap<Arc<str>, Arc<SiteCounters>>>,
+    routes: Mutex<HashMap<RouteKey, Arc<RouteCounters>>>,
+    /// Connections open now.
+    pub connections_open: AtomicI64,
+    /// Connections accepted.
+    pub connections_total: Counter,
+    /// Access log lines dropped because the writer could not keep up.
+    pub access_log_dropped: Arc<Counter>,
+    /// The access log, when on.
+    pub access_log: Option<AccessLog>,
+    /// Reloads that went live.
+    pub reloads_ok: Counter,
+    /// Reloads refused.
+    pub reloads_failed: Counter,
+    reloads: Mutex<VecDeque<ReloadEvent>>,
+}
+
+impl Default for Observe {
+    fn default() -> Self {
+        Observe {
+            started: Instant::now(),
+            started_at: SystemTime::now(),
+            readiness: AtomicU8::new(Readiness::Starting as u8),
+            sites: Mutex::default(),
+            routes: Mutex::default(),
+            connections_open: AtomicI64::new(0),
+            connections_total: Counter::default(),
+            access_log_dropped: Arc::default(),
+            access_log: None,
+            reloads_ok: Counter::default(),
+            reloads_failed: Counter::default(),
+            reloads: Mutex::default(),
+        }
+    }
+}
+
+impl Observe {
+    /// Readiness now.
+    pub fn readiness(&self) -> Readiness {
+        match self.readiness.load(Ordering::Relaxed) {
+            1 => Readiness::Ready,
+            2 => Readiness::Draining,
+            _ => Readiness::Starting,
+        }
+    }
+
+    /// Moves readiness on (never back from draining).
+    pub fn set_readiness(&self, r: Readiness) {
+        let _ = self
+            .readiness
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+                (now != Readiness::Draining as u8).then_some(r as u8)
+            });
+    }
+
+    /// The counters of `site`'s static files (made on first use; kept
+    /// across reloads).
+    pub fn site(&self, site: &str) -> Arc<SiteCounters> {
+        let Ok(mut map) = self.sites.lock() else {
+            return Arc::default();
+        };
+        map.entry(Arc::from(site)).or_default().clone()
+    }
+
+    /// The counters of a servlet route (made on first use; kept across
+    /// reloads).
+    pub fn route(&self, site: &str, route: &str) -> Arc<RouteCounters> {
+        let Ok(mut map) = self.routes.lock() else {
+            return Arc::default();
+        };
+        map.entry((Arc::from(site), Arc::from(route)))
+            .or_default()
+            .clone()
+    }
+
+    /// Every site's counters, by name.
+    pub fn sites(&self) -> Vec<(Arc<str>, Arc<SiteCounters>)> {
+        let mut all: Vec<_> = self
+            .sites
+            .lock()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// Every servlet route's counters, by (site, route).
+    pub fn routes(&self) -> Vec<(RouteKey, Arc<RouteCounters>)> {
+        let mut all: Vec<_> = self
+            .routes
+            .lock()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// Records a reload.
+    pub fn reloaded(&self, what: impl Into<String>, ok: bool, detail: impl Into<String>) {
+        if ok {
+            self.reloads_ok.add(1);
+        } else {
+            self.reloads_failed.add(1);
+        }
+        if let Ok(mut r) = self.reloads.lock() {
+            if r.len() == RECENT_RELOADS {
+                r.pop_front();
+            }
+            r.push_back(ReloadEvent {
+                at: SystemTime::now(),
+                what: what.into(),
+                ok,
+                detail: detail.into(),
+            });
+        }
+    }
+
+    /// The recent reloads, newest first.
+    pub fn recent_reloads(&self) -> Vec<ReloadEvent> {
+        self.reloads
+            .lock()
+            .map(|r| r.iter().rev().cloned().collect())
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,92 @@
+//! HTTPS: rustls with ALPN (`h2`, `http/1.1`), session resumption (tickets
+//! and a session cache), and the certificate reloaded when its files
+//! change: a watcher thread checks the files' size and modification time
+//! every second and swaps a new certificate in for new handshakes; a pair
+//! that fails to load is logged and the previous one keeps serving.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio_rustls::TlsAcceptor;
+
+use crate::certs;
+use crate::config::TlsConfig;
+use crate::file_stamp::FileStamp;
+
+/// How often the certificate files are checked for changes.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// TLS sessions remembered for resumption by session id.
+const SESSION_CACHE: usize = 4096;
+
+/// Why TLS cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The certificate or key.
+    #[error(transparent)]
+    Cert(#[from] certs::CertError),
+    /// rustls refused the configuration.
+    #[error("TLS setup: {0}")]
+    Setup(#[from] rustls::Error),
+}
+
+/// The certificate handshakes use now.
+#[derive(Debug)]
+struct Current(ArcSwap<CertifiedKey>);
+
+impl ResolvesServerCert for Current {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.load_full())
+    }
+}
+
+/// Loads the certificate, builds the acceptor every TLS listener shares,
+/// and starts watching the files.
+pub(crate) fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, TlsError> {
+    let key = certs::load(&config.cert, &config.key)?;
+    let current = Arc::new(Current(ArcSwap::from_pointee(key)));
+    let mut server = rustls::ServerConfig::builder_with_provider(certs::provider())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(current.clone());
+    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    server.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE);
+    server.ticketer = rustls::crypto::ring::Ticketer::new()?;
+    watch(config.clone(), current);
+    Ok(TlsAcceptor::from(Arc::new(server)))
+}
+
+/// Reloads the certificate when either file changes, for as long as the
+/// process runs.
+fn watch(config: TlsConfig, current: Arc<Current>) {
+    let (cert, key) = (config.cert.clone(), config.key.clone());
+    let stamps = move || (FileStamp::of(&cert), FileStamp::of(&key));
+    let mut seen = stamps();
+    let spawned = std::thread::Builder::new()
+        .name("swan-tls-watch".to_owned())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(WATCH_EVERY);
+                let now = stamps();
+                if now == seen {
+                    continue;
+                }
+                seen = now;
+                match certs::load(&config.cert, &config.key) {
+                    Ok(key) => {
+                        current.0.store(Arc::new(key));
+                        tracing::info!(cert = %config.cert.display(), "TLS certificate reloaded");
+                    }
+                    Err(e) => tracing::error!(
+                        error = %e,
+                        "TLS certificate change refused; the previous certificate keeps serving"
+                    ),
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot watch the TLS certificate; changes need a restart");
+    }
+}

@@ -1,0 +1,73 @@
+//! What a servlet has done since it was loaded, for metrics and the status
+//! page: instances made, requests that trapped, timed out or found no free
+//! instance, its compile time, its last few errors. Counted off the hot
+//! path's way: sharded counters, and a lock only when an error happens.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use crate::observe::counters::{Counter, RouteCounters};
+use crate::request::RequestError;
+
+/// Errors remembered per servlet.
+const RECENT_ERRORS: usize = 10;
+
+/// One remembered failure.
+#[derive(Debug, Clone)]
+pub struct RecentError {
+    /// When.
+    pub at: SystemTime,
+    /// The request's id.
+    pub request_id: String,
+    /// What happened (the error, no request data).
+    pub what: String,
+}
+
+/// A servlet's counters.
+#[derive(Debug, Default)]
+pub struct ServletStats {
+    /// Instances made (ahead of requests and on demand).
+    pub instantiated: Counter,
+    /// Requests that trapped or broke the ABI (500).
+    pub traps: Counter,
+    /// Requests past their `timeout` (504).
+    pub timeouts: Counter,
+    /// Requests that found no free instance in time (503).
+    pub busy: Counter,
+    /// How long compiling and checking the module took.
+    pub compile_time: OnceLock<Duration>,
+    /// The route's request counters, looked up once.
+    pub requests: OnceLock<Arc<RouteCounters>>,
+    recent: Mutex<VecDeque<RecentError>>,
+}
+
+impl ServletStats {
+    /// Counts a failed request and remembers it.
+    pub fn failed(&self, e: &RequestError, request_id: impl std::fmt::Display) {
+        match e {
+            RequestError::ServletFault => self.traps.add(1),
+            RequestError::ServletTimeout => self.timeouts.add(1),
+            RequestError::ServletBusy => self.busy.add(1),
+            _ => {}
+        }
+        if let Ok(mut recent) = self.recent.lock() {
+            if recent.len() == RECENT_ERRORS {
+                recent.pop_front();
+            }
+            recent.push_back(RecentError {
+                at: SystemTime::now(),
+                request_id: request_id.to_string(),
+                what: e.to_string(),
+            });
+        }
+    }
+
+    /// The last errors, oldest first.
+    pub fn recent_errors(&self) -> Vec<RecentError> {
+        self.recent
+            .lock()
+            .map(|r| r.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}

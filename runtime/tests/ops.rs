@@ -1,0 +1,484 @@
+//! Operating swan, through the real binary: the admin listener (health,
+//! metrics, status), the drain order on SIGTERM, the access log (formats,
+//! rotation on SIGUSR1), trusted proxies and the PROXY protocol. Loopback
+//! only; every load loop is bounded.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+mod support;
+use support::{get, raw, site, start, status_of, stop, term};
+
+/// `/who`: answers the remote address the servlet sees (ABI part 6).
+const WHO: &str = r#"(module
+  (import "swan" "request_get" (func $get (param i32 i32 i32) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32)
+    (drop (call $write (i32.const 0) (call $get (i32.const 6) (i32.const 0) (i32.const 256))))
+    i32.const 0))"#;
+
+/// `/trap`: always traps.
+const TRAP: &str = r#"(module
+  (memory (export "memory") 1)
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) unreachable))"#;
+
+fn with_servlets(config: &str) -> tempfile::TempDir {
+    let dir = site();
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    std::fs::write(
+        dir.path().join("servlets/who.wasm"),
+        wat::parse_str(WHO).expect("who"),
+    )
+    .expect("who");
+    std::fs::write(
+        dir.path().join("servlets/trap.wasm"),
+        wat::parse_str(TRAP).expect("trap"),
+    )
+    .expect("trap");
+    std::fs::write(dir.path().join("swan.toml"), config).expect("config");
+    dir
+}
+
+fn body(reply: &str) -> &str {
+    reply.split_once("\r\n\r\n").map_or("", |(_, b)| b)
+}
+
+/// The value of the first sample of `name` whose labels contain every
+/// `labels` pair.
+fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .find(|l| labels.iter().all(|want| l.contains(want)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Polls `/readyz` until it answers 200.
+fn ready_within(admin: &str, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if status_of(&get(admin, "/readyz")) == 200 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+const BASE: &str = "[server]\nlisten = [\"127.0.0.1:0\"]\n[admin]\nlisten = \"127.0.0.1:0\"\n";
+
+#[test]
+fn the_admin_listener_reports_health_metrics_and_status() {
+    let dir = with_servlets(&format!(
+        "{BASE}[[site]]\nname = \"main\"\nroot = \"www\"\nservlets = \"servlets\"\n"
+    ));
+    let s = start(dir.path(), &[], true);
+    let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
+    assert_ne!(public, admin, "the admin listener has its own port");
+    let live = get(&admin, "/livez");
+    assert_eq!(status_of(&live), 200, "{live}");
+    assert!(ready_within(&admin, Duration::from_secs(10)), "never ready");
+    // Traffic: 20 static, 5 servlet, 3 traps, 2 missing.
+    for _ in 0..20 {
+        assert_eq!(status_of(&get(&public, "/")), 200);
+    }
+    for _ in 0..5 {
+        assert!(body(&get(&public, "/who")).starts_with("127.0.0.1"));
+    }
+    for _ in 0..3 {
+        assert_eq!(status_of(&get(&public, "/trap")), 500);
+    }
+    for _ in 0..2 {
+        assert_eq!(status_of(&get(&public, "/nope")), 404);
+    }
+    let metrics = get(&admin, "/metrics");
+    assert_eq!(status_of(&metrics), 200);
+    let m = body(&metrics);
+    let static_2xx = sample(
+        m,
+        "swan_requests_total",
+        &["site=\"main\"", "route=\"static\"", "class=\"2xx\""],
+    );
+    assert_eq!(static_2xx, Some(20.0), "{m}");
+    assert_eq!(
+        sample(
+            m,
+            "swan_requests_total",
+            &["route=\"static\"", "class=\"4xx\""]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            m,
+            "swan_requests_total",
+            &["route=\"/who/*\"", "class=\"2xx\""]
+        ),
+        Some(5.0)
+    );
+    assert_eq!(
+        sample(
+            m,
+            "swan_requests_total",
+            &["route=\"/trap/*\"", "class=\"5xx\""]
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        sample(m, "swan_servlet_traps_total", &["route=\"/trap/*\""]),
+        Some(3.0)
+    );
+    assert!(
+        sample(
+            m,
+            "swan_servlet_instances_made_total",
+            &["route=\"/who/*\""]
+        )
+        .unwrap_or(0.0)
+            >= 5.0
+    );
+    assert_eq!(
+        sample(
+            m,
+            "swan_request_duration_seconds_count",
+            &["route=\"/who/*\""]
+        ),
+        Some(5.0)
+    );
+    assert!(
+        sample(
+            m,
+            "swan_request_duration_seconds_bucket",
+            &["route=\"/who/*\"", "le=\"+Inf\""]
+        ) == Some(5.0)
+    );
+    assert!(sample(m, "swan_static_cache_hits_total", &["site=\"main\""]).unwrap_or(0.0) >= 20.0);
+    assert_eq!(
+        sample(m, "swan_static_cache_files", &["site=\"main\""]),
+        Some(1.0)
+    );
+    assert!(sample(m, "swan_connections_total", &[]).unwrap_or(0.0) >= 30.0);
+    assert!(sample(m, "swan_servlet_compile_seconds", &["route=\"/who/*\""]).is_some());
+    assert!(
+        m.contains("swan_servlet_info{") && m.contains("kind=\"native ABI 1\""),
+        "{m}"
+    );
+    assert!(
+        m.trim_end().ends_with("# EOF"),
+        "OpenMetrics text ends with # EOF"
+    );
+    // The status page, as JSON and as HTML.
+    let status = get(&admin, "/status.json");
+    let json: serde_json::Value = serde_json::from_str(body(&status)).expect("status JSON");
+    assert_eq!(json["readiness"], "ready");
+    assert_eq!(json["sites"][0]["name"], "main");
+    let servlets = json["sites"][0]["servlets"].as_array().expect("servlets");
+    let trap = servlets
+        .iter()
+        .find(|s| s["route"] == "/trap/*")
+        .expect("trap servlet");
+    assert_eq!(trap["traps"], 3);
+    assert!(
+        trap["recent_errors"][0]["what"]
+            .as_str()
+            .is_some_and(|w| !w.is_empty())
+    );
+    let page = get(&admin, "/");
+    assert!(
+        page.contains("text/html") && page.contains("Site main"),
+        "{page}"
+    );
+    // Admin endpoints are GET-only and 404 elsewhere.
+    assert_eq!(
+        status_of(&raw(
+            &admin,
+            b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )),
+        405
+    );
+    assert_eq!(status_of(&get(&admin, "/secret")), 404);
+    // The public port does not serve admin paths.
+    assert_eq!(status_of(&get(&public, "/metrics")), 404);
+    stop(s.child);
+}
+
+#[test]
+fn sigterm_fails_readiness_first_keeps_accepting_for_the_grace_then_drains() {
+    let dir = with_servlets(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\ndrain_grace = \"1500ms\"\ndrain_timeout = \"5s\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
+    );
+    let mut s = start(dir.path(), &[], true);
+    let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
+    assert!(ready_within(&admin, Duration::from_secs(10)), "never ready");
+    term(&s.child);
+    let signalled = Instant::now();
+    // Within the grace: not ready, yet new connections are served.
+    let mut saw_unready = false;
+    let mut served_during_grace = 0;
+    while signalled.elapsed() < Duration::from_millis(1200) {
+        let ready = get(&admin, "/readyz");
+        if status_of(&ready) == 503 {
+            assert!(ready.contains("draining"), "{ready}");
+            saw_unready = true;
+        }
+        if status_of(&get(&public, "/")) == 200 {
+            served_during_grace += 1;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(saw_unready, "readiness never failed");
+    assert!(
+        served_during_grace >= 5,
+        "only {served_during_grace} requests served in the grace period"
+    );
+    // After the grace: the public listener refuses, and swan exits 0.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut refused = false;
+    while Instant::now() < deadline {
+        if TcpStream::connect(&public).is_err() {
+            refused = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(refused, "still accepting long after the grace");
+    assert!(
+        signalled.elapsed() >= Duration::from_millis(1400),
+        "stopped accepting before the grace ended"
+    );
+    let status = s.child.wait().expect("exit");
+    assert_eq!(status.code(), Some(0));
+}
+
+fn read_lines(path: &std::path::Path, at_least: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        if lines.len() >= at_least || Instant::now() > deadline {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_access_log_writes_combined_lines_and_reopens_on_sigusr1() {
+    let dir = with_servlets(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[log]\naccess = \"logs/access.log\"\n\
+         [[site]]\nname = \"main\"\nroot = \"www\"\nservlets = \"servlets\"\n",
+    );
+    std::fs::create_dir(dir.path().join("logs")).expect("logs");
+    let s = start(dir.path(), &[], false);
+    let public = s.urls[0].clone();
+    let log = dir.path().join("logs/access.log");
+    let reply = raw(
+        &public,
+        b"GET /index.html?q=a%22b HTTP/1.1\r\nHost: x\r\nUser-Agent: probe/1.0 \"quoted\"\r\nReferer: http://r.example/\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&reply), 200);
+    assert_eq!(status_of(&get(&public, "/who")), 200);
+    assert_eq!(status_of(&get(&public, "/missing")), 404);
+    let lines = read_lines(&log, 3);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    // NGINX combined, then duration, site, route and request id.
+    let first = &lines[0];
+    assert!(first.starts_with("127.0.0.1 - - ["), "{first}");
+    // Quotes in what the client sent are escaped: a line cannot be forged.
+    assert!(first.contains("\"GET /index.html?q=a%22b HTTP/1.1\" 200 9 \"http://r.example/\" \"probe/1.0 \\x22quoted\\x22\""), "{first}");
+    assert!(first.contains(" main - "), "{first}");
+    assert!(
+        lines[1].contains("\"GET /who HTTP/1.1\" 200 ") && lines[1].contains(" main /who/* "),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[2].contains("\" 404 "), "{}", lines[2]);
+    // The request id on the line is the one the client got.
+    let id = reply
+        .lines()
+        .find_map(|l| l.strip_prefix("x-request-id: "))
+        .expect("request id header")
+        .trim();
+    assert!(first.ends_with(id), "{first} / {id}");
+    // Rotation: move the file away, SIGUSR1, new lines go to a new file.
+    let rotated = dir.path().join("logs/access.log.1");
+    std::fs::rename(&log, &rotated).expect("rotate");
+    Command::new("kill")
+        .args(["-USR1", &s.child.id().to_string()])
+        .status()
+        .expect("kill");
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..3 {
+        assert_eq!(status_of(&get(&public, "/")), 200);
+    }
+    let fresh = read_lines(&log, 3);
+    assert_eq!(fresh.len(), 3, "new file: {fresh:?}");
+    assert_eq!(
+        read_lines(&rotated, 3).len(),
+        3,
+        "the rotated file keeps its lines only"
+    );
+    stop(s.child);
+}
+
+#[test]
+fn json_access_lines_name_the_client_behind_a_trusted_proxy() {
+    let dir = with_servlets(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[server.proxy]\ntrusted = [\"127.0.0.1\"]\n\
+         [log]\naccess = \"access.json\"\nformat = \"json\"\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
+    );
+    let s = start(dir.path(), &[], false);
+    let public = s.urls[0].clone();
+    let forwarded = |xff: &str| {
+        raw(
+            &public,
+            format!("GET /who HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: {xff}\r\nX-Forwarded-Proto: https\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+    };
+    // The servlet sees the forwarded client; spoofed entries on the left
+    // are not believed.
+    assert!(
+        body(&forwarded("203.0.113.9")).starts_with("203.0.113.9"),
+        "direct"
+    );
+    assert!(body(&forwarded("6.6.6.6, 198.51.100.4")).starts_with("198.51.100.4"));
+    assert!(body(&get(&public, "/who")).starts_with("127.0.0.1"));
+    let lines = read_lines(&dir.path().join("access.json"), 3);
+    let v: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(v[0]["remote"], "203.0.113.9");
+    assert_eq!(v[1]["remote"], "198.51.100.4");
+    assert_eq!(v[2]["remote"], "127.0.0.1");
+    assert_eq!(v[0]["route"], "/who/*");
+    assert_eq!(v[0]["status"], 200);
+    assert!(v[0]["duration_ms"].as_f64().is_some());
+    stop(s.child);
+
+    // The same headers from a peer that is not trusted are ignored.
+    let dir = with_servlets(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[server.proxy]\ntrusted = [\"10.0.0.0/8\"]\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
+    );
+    let s = start(dir.path(), &[], false);
+    let reply = raw(
+        &s.urls[0],
+        b"GET /who HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.9\r\nConnection: close\r\n\r\n",
+    );
+    assert!(body(&reply).starts_with("127.0.0.1"), "{reply}");
+    stop(s.child);
+}
+
+#[test]
+fn proxy_protocol_listeners_take_the_client_from_the_header() {
+    let dir = with_servlets(
+        "[server]\nlisten = [{ addr = \"127.0.0.1:0\", proxy_protocol = true }]\n\
+         [server.proxy]\ntrusted = [\"127.0.0.0/8\"]\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
+    );
+    let s = start(dir.path(), &[], false);
+    let public = s.urls[0].clone();
+    let get_who = b"GET /who HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    // v1.
+    let mut request = b"PROXY TCP4 203.0.113.7 127.0.0.1 51000 80\r\n".to_vec();
+    request.extend_from_slice(get_who);
+    assert!(body(&raw(&public, &request)).starts_with("203.0.113.7"));
+    // v1, IPv6.
+    let mut request = b"PROXY TCP6 2001:db8::7 ::1 51000 80\r\n".to_vec();
+    request.extend_from_slice(get_who);
+    assert!(body(&raw(&public, &request)).starts_with("[2001:db8::7]:51000"));
+    // v2, the header split over two writes.
+    let mut v2 = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    v2.extend_from_slice(&[
+        0x21, 0x11, 0, 12, 198, 51, 100, 9, 127, 0, 0, 1, 0xC3, 0x50, 0, 80,
+    ]);
+    let mut stream = TcpStream::connect(&public).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    stream.write_all(&v2[..10]).expect("write");
+    std::thread::sleep(Duration::from_millis(100));
+    stream.write_all(&v2[10..]).expect("write");
+    stream.write_all(get_who).expect("write");
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    assert!(body(&reply).starts_with("198.51.100.9"), "{reply}");
+    // No header: the connection is closed without an answer.
+    let reply = raw(&public, get_who);
+    assert_eq!(status_of(&reply), 0, "{reply}");
+    // A malformed one too; the server keeps serving.
+    assert_eq!(
+        status_of(&raw(
+            &public,
+            b"PROXY TCP4 nonsense\r\nGET / HTTP/1.1\r\n\r\n"
+        )),
+        0
+    );
+    let mut request = b"PROXY UNKNOWN\r\n".to_vec();
+    request.extend_from_slice(get_who);
+    assert!(body(&raw(&public, &request)).starts_with("127.0.0.1"));
+    stop(s.child);
+}
+
+#[test]
+fn production_keys_are_checked_at_load() {
+    let dir = site();
+    for (toml, expect) in [
+        (
+            "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\n[[site]]\nroot = \"www\"\n",
+            "a TLS listener needs a certificate",
+        ),
+        (
+            "[server]\nlisten = [{ addr = \"127.0.0.1:0\", proxy_protocol = true }]\n[[site]]\nroot = \"www\"\n",
+            "accepted only from trusted proxies",
+        ),
+        (
+            "[server.proxy]\ntrusted = [\"10.0.0.0/33\"]\n[[site]]\nroot = \"www\"\n",
+            "is not an IP address or network",
+        ),
+        (
+            "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\n[server.tls]\ncert = \"no.pem\"\nkey = \"no.pem\"\n[[site]]\nroot = \"www\"\n",
+            "cannot serve this certificate",
+        ),
+        (
+            "[admin]\nlisten = \"localhost:9\"\n[[site]]\nroot = \"www\"\n",
+            "is not an IP address",
+        ),
+        (
+            "[log]\nformat = \"apache\"\n[[site]]\nroot = \"www\"\n",
+            "unknown access log format",
+        ),
+        (
+            "[log]\nbuffer = 0\n[[site]]\nroot = \"www\"\n",
+            "would drop every line",
+        ),
+        (
+            "[server]\nlisten = [{ adr = \"127.0.0.1:0\" }]\n[[site]]\nroot = \"www\"\n",
+            "missing key `addr`",
+        ),
+        (
+            "[server]\ndrain_grace = 5\n[[site]]\nroot = \"www\"\n",
+            "expected a duration",
+        ),
+    ] {
+        std::fs::write(dir.path().join("swan.toml"), toml).expect("config");
+        let out = support::swan()
+            .current_dir(dir.path())
+            .arg("check")
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{toml}\n{err}");
+        assert!(err.contains(expect), "{toml}\n{err}");
+        assert!(err.contains("swan.toml:") && err.contains("hint:"), "{err}");
+    }
+}

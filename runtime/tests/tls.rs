@@ -1,0 +1,219 @@
+//! HTTPS through the real binary with real clients: curl (HTTP/2 and
+//! HTTP/1.1 over ALPN) and a Rust client (rustls + hyper) that checks which
+//! certificate it was given; the certificate reloaded when its files
+//! change; the redirect from plain HTTP; HSTS. Certificates are made at
+//! run time. Loopback only.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::{CertificateDer, ServerName};
+
+mod support;
+use support::{raw, site, start, status_of, stop};
+
+/// A CA and a certificate it signed for `localhost` and 127.0.0.1.
+struct Certs {
+    ca_pem: String,
+    ca_der: CertificateDer<'static>,
+    leaf_pem: String,
+    key_pem: String,
+    leaf_der: CertificateDer<'static>,
+}
+
+fn make_certs(serial: u64) -> Certs {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().expect("ca key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, format!("swan test CA {serial}"));
+    let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
+    let key = KeyPair::generate().expect("key");
+    let mut leaf = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .expect("leaf params");
+    leaf.serial_number = Some(rcgen::SerialNumber::from(serial));
+    let issuer = rcgen::Issuer::from_params(&ca, &ca_key);
+    let leaf_cert = leaf.signed_by(&key, &issuer).expect("leaf cert");
+    Certs {
+        ca_pem: ca_cert.pem(),
+        ca_der: ca_cert.der().clone(),
+        leaf_pem: leaf_cert.pem(),
+        key_pem: key.serialize_pem(),
+        leaf_der: leaf_cert.der().clone(),
+    }
+}
+
+fn write_certs(dir: &Path, certs: &Certs) {
+    // Written aside and renamed, as a certificate manager does.
+    std::fs::write(dir.join("cert.pem.new"), &certs.leaf_pem).expect("cert");
+    std::fs::write(dir.join("key.pem.new"), &certs.key_pem).expect("key");
+    std::fs::rename(dir.join("key.pem.new"), dir.join("key.pem")).expect("key");
+    std::fs::rename(dir.join("cert.pem.new"), dir.join("cert.pem")).expect("cert");
+    std::fs::write(dir.join("ca.pem"), &certs.ca_pem).expect("ca");
+}
+
+/// curl's answer: (HTTP version, status, headers + body).
+fn curl(dir: &Path, args: &[&str], url: &str) -> (String, u16, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(dir.join("ca.pem"))
+        .args(["-D", "-", "-w", "\n%{http_version} %{http_code}"])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl (scripts/setup installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "curl failed: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (rest, last) = text.rsplit_once('\n').unwrap_or(("", ""));
+    let mut words = last.split_whitespace();
+    let version = words.next().unwrap_or("").to_owned();
+    let status = words.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    (version, status, rest.to_owned())
+}
+
+/// A Rust client's view: the leaf certificate the server presented, the
+/// ALPN protocol, and the answer to GET `path` over it.
+async fn rust_client(
+    addr: &str,
+    cas: &[&CertificateDer<'static>],
+    path: &str,
+) -> (CertificateDer<'static>, Vec<u8>, u16, String) {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in cas {
+        roots.add((*ca).clone()).expect("root");
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let tls = connector
+        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+        .await
+        .expect("handshake");
+    let (_, session) = tls.get_ref();
+    let leaf = session.peer_certificates().expect("certificates")[0].clone();
+    let alpn = session.alpn_protocol().unwrap_or_default().to_vec();
+    let io = hyper_util::rt::TokioIo::new(tls);
+    let request = http::Request::get(format!("https://localhost{path}"))
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .expect("request");
+    let response = if alpn == b"h2" {
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                .await
+                .expect("h2");
+        tokio::spawn(conn);
+        send.send_request(request).await.expect("response")
+    } else {
+        let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.expect("h1");
+        tokio::spawn(conn);
+        send.send_request(request).await.expect("response")
+    };
+    let status = response.status().as_u16();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .expect("body")
+        .to_bytes();
+    (
+        leaf,
+        alpn,
+        status,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_serves_h2_and_http1_reloads_its_certificate_and_redirects_plain_http() {
+    let dir = site();
+    let first = make_certs(1);
+    write_certs(dir.path(), &first);
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\", { addr = \"127.0.0.1:0\", tls = true }]\n\
+         [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\nredirect_http = true\nhsts = \"max-age=600\"\n\
+         [[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let s = start(dir.path(), &[], false);
+    let (plain, tls) = (s.urls[0].clone(), s.urls[1].clone());
+    let port = tls.rsplit(':').next().unwrap_or("").to_owned();
+    let url = format!("https://localhost:{port}/");
+    let resolve = format!("localhost:{port}:127.0.0.1");
+
+    // curl, HTTP/2 and HTTP/1.1 over ALPN.
+    let (version, status, text) = curl(dir.path(), &["--http2", "--resolve", &resolve], &url);
+    assert_eq!((version.as_str(), status), ("2", 200), "{text}");
+    assert!(text.contains("cli hello"));
+    assert!(
+        text.to_ascii_lowercase()
+            .contains("strict-transport-security: max-age=600"),
+        "{text}"
+    );
+    let (version, status, _) = curl(dir.path(), &["--http1.1", "--resolve", &resolve], &url);
+    assert_eq!((version.as_str(), status), ("1.1", 200));
+
+    // A Rust client sees the first certificate and negotiates h2.
+    let (leaf, alpn, status, body) = rust_client(&tls, &[&first.ca_der], "/").await;
+    assert_eq!(leaf, first.leaf_der);
+    assert_eq!(alpn, b"h2");
+    assert_eq!((status, body.as_str()), (200, "cli hello"));
+
+    // Plain HTTP redirects to the TLS listener, path and query kept; no HSTS
+    // on plain HTTP.
+    let reply = raw(
+        &plain,
+        b"GET /a/b?c=d HTTP/1.1\r\nHost: localhost:8080\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&reply), 308, "{reply}");
+    assert!(
+        reply.contains(&format!("location: https://localhost:{port}/a/b?c=d")),
+        "{reply}"
+    );
+    assert!(
+        !reply
+            .to_ascii_lowercase()
+            .contains("strict-transport-security")
+    );
+
+    // New files: new handshakes get the new certificate within seconds,
+    // and connections never fail meanwhile.
+    let second = make_certs(2);
+    write_certs(dir.path(), &second);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut reloaded = false;
+    while Instant::now() < deadline {
+        let (leaf, _, status, _) = rust_client(&tls, &[&first.ca_der, &second.ca_der], "/").await;
+        assert_eq!(status, 200);
+        if leaf == second.leaf_der {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reloaded, "the new certificate was never served");
+
+    // Plain HTTP sent to the TLS port fails that handshake only.
+    let garbage = raw(&tls, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(status_of(&garbage), 0);
+    // A broken pair is refused; the working certificate keeps serving.
+    std::fs::write(dir.path().join("key.pem"), "not a key").expect("break");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (leaf, _, status, _) = rust_client(&tls, &[&second.ca_der], "/").await;
+    assert_eq!((leaf, status), (second.leaf_der.clone(), 200));
+    let log = stop(s.child);
+    assert!(log.contains("TLS certificate reloaded"), "{log}");
+    assert!(log.contains("TLS certificate change refused"), "{log}");
+}
