@@ -40,6 +40,19 @@ const STORE_CHECK: Duration = Duration::from_secs(1);
 pub struct Admin {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// A duplicate of the listening socket (to hand over on upgrade).
+    pub socket: TcpListener,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Admin {
+    /// Stops accepting (after an upgrade: the successor answers from now
+    /// on, on the same socket).
+    pub fn stop_accepting(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
 }
 
 /// The admin listener could not start.
@@ -53,22 +66,44 @@ pub struct AdminError {
     pub source: io::Error,
 }
 
-/// Binds `addr` (exclusively: no port sharing) and serves the admin
-/// endpoints for `app` until the process exits.
-pub fn start(app: Arc<App>, addr: SocketAddr) -> Result<Admin, AdminError> {
+/// Binds `addr` (exclusively: no port sharing), or takes `inherited` (a
+/// socket handed over by the process this one replaces), and serves the
+/// admin endpoints for `app` until the process exits or
+/// [`Admin::stop_accepting`].
+pub fn start(
+    app: Arc<App>,
+    addr: SocketAddr,
+    inherited: Option<TcpListener>,
+) -> Result<Admin, AdminError> {
     let error = |source| AdminError { addr, source };
-    let listener = TcpListener::bind(addr).map_err(error)?;
+    let listener = match inherited {
+        Some(l) => l,
+        None => TcpListener::bind(addr).map_err(error)?,
+    };
     listener.set_nonblocking(true).map_err(error)?;
     let bound = listener.local_addr().map_err(error)?;
+    let socket = listener.try_clone().map_err(error)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(error)?;
     std::thread::Builder::new()
         .name("swan-admin".to_owned())
-        .spawn(move || runtime.block_on(serve(app, listener)))
+        .spawn(move || {
+            runtime.block_on(async {
+                tokio::select! {
+                    () = serve(app, listener) => {}
+                    Ok(()) = stopped => {}
+                }
+            });
+        })
         .map_err(error)?;
-    Ok(Admin { addr: bound })
+    Ok(Admin {
+        addr: bound,
+        socket,
+        stop: Some(stop),
+    })
 }
 
 async fn serve(app: Arc<App>, listener: TcpListener) {

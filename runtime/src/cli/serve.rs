@@ -7,6 +7,7 @@ use anyhow::Context;
 
 use swan::config::RuntimeModel;
 use swan::reload::{ConfigSource, Reloader};
+use swan::server::handover::{Handover, Inherited, ReadyReport};
 use swan::site::Sites;
 use swan::{App, Config, Overrides};
 
@@ -14,6 +15,9 @@ use super::human_bytes;
 
 pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> {
     let started = Instant::now();
+    // Resolved now: after an upgrade replaced the file, this path names the
+    // new binary (while /proc/self/exe still names the old one).
+    let program = std::env::current_exe().context("cannot tell where the swan binary is")?;
     let mut app = App::load(&config).context("cannot load the sites")?;
     app.start_access_log(&config.log)
         .context("check `access` in [log] of swan.toml")?;
@@ -21,15 +25,23 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         RuntimeModel::PerCore => config.server.workers,
         RuntimeModel::Shared => 1,
     };
-    let addrs: Vec<std::net::SocketAddr> = config.server.listen.iter().map(|l| l.addr).collect();
-    let listeners = swan::bind(&addrs, per_addr).map_err(|e| {
-        let hint = if e.is_addr_in_use() {
-            "another process is using this address: pick a free one with --listen ADDR or `listen` in [server] of swan.toml"
-        } else {
-            "check the address given with --listen or `listen` in [server] of swan.toml"
+    // Started by an upgrade: the old process's sockets, not a second bind.
+    let mut inherited = Inherited::from_env().context("cannot take over from the old process")?;
+    let mut listeners = Vec::new();
+    for (i, l) in config.server.listen.iter().enumerate() {
+        let group = match inherited.as_mut().and_then(|h| h.take_group(i, l.addr)) {
+            Some(g) => g,
+            None => swan::server::listener::bind_group(l.addr, per_addr).map_err(|e| {
+                let hint = if e.is_addr_in_use() {
+                    "another process is using this address: pick a free one with --listen ADDR or `listen` in [server] of swan.toml (to replace a running swan without downtime, send it SIGUSR2)"
+                } else {
+                    "check the address given with --listen or `listen` in [server] of swan.toml"
+                };
+                anyhow::Error::new(e).context(hint)
+            })?,
         };
-        anyhow::Error::new(e).context(hint)
-    })?;
+        listeners.push(group);
+    }
     let bound: Vec<_> = listeners
         .iter()
         .filter_map(|g| g.first().and_then(|s| s.local_addr().ok()))
@@ -39,13 +51,35 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         listener.addr = *addr;
     }
     let app = Arc::new(app);
-    let admin = match &config.admin {
-        Some(a) => Some(
-            swan::admin::start(app.clone(), a.listen)
-                .context("pick another address with `listen` in [admin] of swan.toml")?,
-        ),
+    let mut admin = match &config.admin {
+        Some(a) => {
+            let socket = inherited.as_mut().and_then(|h| h.take_admin(a.listen));
+            Some(
+                swan::admin::start(app.clone(), a.listen, socket)
+                    .context("pick another address with `listen` in [admin] of swan.toml")?,
+            )
+        }
         None => None,
     };
+    let ready_report = inherited.as_mut().and_then(Inherited::take_ready);
+    if let Some(unused) = inherited
+        .as_ref()
+        .map(Inherited::unused)
+        .filter(|u| !u.is_empty())
+    {
+        tracing::info!(
+            ?unused,
+            "upgrade: closing inherited sockets this configuration does not listen on"
+        );
+    }
+    drop(inherited);
+    let handover = Handover::new(
+        &listeners,
+        admin.as_ref().map(|a| &a.socket),
+        program,
+        std::env::args_os().skip(1).collect(),
+    )
+    .context("cannot keep the listening sockets for upgrades")?;
     print_banner(&config, &app.sites.load(), &bound, started);
     if let Some(admin) = &admin {
         println!("admin: http://{}/ (/livez, /readyz, /metrics)", admin.addr);
@@ -76,16 +110,70 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         if let Some(log) = app.observe.access_log.clone() {
             tokio::spawn(reopen_on_sigusr1(log));
         }
+        if let Some(report) = ready_report {
+            tokio::spawn(report_when_ready(app.observe.clone(), report));
+        }
         let observe = app.observe.clone();
         let shutdown = async move {
-            shutdown_signal().await;
-            drain_grace(&observe, grace).await;
+            tokio::select! {
+                () = shutdown_signal() => drain_grace(&observe, grace).await,
+                () = upgrade_on_sigusr2(handover) => {
+                    // The successor accepts on the same sockets (admin
+                    // included): stop at once, no grace needed.
+                    if let Some(admin) = admin.as_mut() {
+                        admin.stop_accepting();
+                    }
+                }
+            }
         };
         swan::serve(app, listeners, shutdown).await
     })?;
     drop(reloader);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How long a new binary may take to be ready on upgrade (it loads and
+/// compiles every servlet first; the compile cache makes that quick).
+const UPGRADE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// On SIGUSR2: starts the binary again (a new version if the file was
+/// replaced) with this process's listening sockets, and returns once it is
+/// ready. A new process that fails changes nothing: this one keeps serving
+/// and waits for the next SIGUSR2.
+async fn upgrade_on_sigusr2(handover: Handover) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut usr2) = signal(SignalKind::user_defined2()) else {
+        tracing::warn!("cannot listen for SIGUSR2; binary upgrades are off");
+        return std::future::pending().await;
+    };
+    while usr2.recv().await.is_some() {
+        tracing::info!("SIGUSR2 received: starting the new binary with the listening sockets");
+        match handover.start_successor(UPGRADE_TIMEOUT).await {
+            Ok(successor) => {
+                tracing::info!(
+                    pid = successor.pid,
+                    "upgrade: new process {} is ready; this one stops accepting and drains",
+                    successor.pid
+                );
+                return;
+            }
+            Err(e) => tracing::error!(
+                error = %format!("{:#}", anyhow::Error::new(e)),
+                "upgrade failed; this process keeps serving"
+            ),
+        }
+    }
+    std::future::pending().await
+}
+
+/// Tells the process this one replaces that it is ready, once it is.
+async fn report_when_ready(observe: Arc<swan::observe::Observe>, report: ReadyReport) {
+    while observe.readiness() != swan::observe::Readiness::Ready {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    report.send();
+    tracing::info!("upgrade: took over the listening sockets; the old process drains");
 }
 
 async fn reload_on_sighup(reloader: Arc<Reloader>) {

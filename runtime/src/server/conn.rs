@@ -7,7 +7,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use bytes::Bytes;
+use http::HeaderValue;
 use http_body::{Frame, SizeHint};
 
 use hyper::service::service_fn;
@@ -24,6 +27,14 @@ use crate::request::Peer;
 
 /// Streams one HTTP/2 connection may open at once.
 const MAX_CONCURRENT_STREAMS: u32 = 256;
+
+/// On shutdown, how long a connection stays open for one more request
+/// before it is closed. Closing an idle keep-alive connection races with a
+/// client that is sending on it (the request is lost in flight); answering
+/// that next request with `Connection: close` does not. Busy connections
+/// close after their next response; only those idle for this long are
+/// closed under a client's feet.
+const DRAIN_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Builds the hyper connection builder for these limits: HTTP/1.1 (with
 /// pipelining) and HTTP/2 with prior knowledge on the same port.
@@ -68,11 +79,19 @@ pub(crate) async fn serve<S>(
     let state = Arc::new(ConnState::new());
     let io = TokioIo::new(WatchedIo::new(stream, state.clone()));
     let svc_state = state.clone();
-    let service = service_fn(move |req| {
+    let draining = Arc::new(AtomicBool::new(false));
+    let svc_draining = draining.clone();
+    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let app = app.clone();
         let handling = Handling::start(svc_state.clone());
+        let draining = svc_draining.clone();
         async move {
-            let (res, exchange) = app.handle(req, peer).await;
+            let http1 = req.version() < http::Version::HTTP_2;
+            let (mut res, exchange) = app.handle(req, peer).await;
+            if http1 && draining.load(Ordering::Relaxed) {
+                res.headers_mut()
+                    .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            }
             // The exchange lasts until the body is sent, not until the
             // handler returns: a slow download is in flight, not idle.
             let sending = handling.into_sending();
@@ -88,6 +107,8 @@ pub(crate) async fn serve<S>(
     tokio::pin!(conn);
     let mut closing = false;
     let mut watchdog = Box::pin(watch(state.clone(), limits, false));
+    let linger = tokio::time::sleep(std::time::Duration::MAX);
+    tokio::pin!(linger);
     loop {
         tokio::select! {
             result = conn.as_mut() => {
@@ -96,7 +117,11 @@ pub(crate) async fn serve<S>(
                 }
                 return;
             }
-            _ = shutdown.changed(), if !closing => {
+            _ = shutdown.changed(), if !closing && !draining.load(Ordering::Relaxed) => {
+                draining.store(true, Ordering::Relaxed);
+                linger.as_mut().reset(tokio::time::Instant::now() + DRAIN_LINGER);
+            }
+            () = &mut linger, if !closing => {
                 conn.as_mut().graceful_shutdown();
                 closing = true;
                 watchdog = Box::pin(watch(state.clone(), limits, true));

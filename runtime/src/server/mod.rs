@@ -9,6 +9,7 @@
 //! dropped.
 
 mod conn;
+pub mod handover;
 pub mod listener;
 mod proxy_protocol;
 pub mod tls;
@@ -91,7 +92,8 @@ pub async fn serve(
     match app.server.runtime {
         RuntimeModel::PerCore => {
             for w in 0..workers {
-                let sockets = sockets_for(&listeners, &kinds, w).map_err(ServeError::Runtime)?;
+                let sockets =
+                    sockets_for(&listeners, &kinds, w, workers).map_err(ServeError::Runtime)?;
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -147,19 +149,27 @@ fn run_on_thread(
     Ok(done_rx)
 }
 
-/// The sockets worker `w` accepts on: its own socket of each group, or a
-/// duplicate of the group's only socket.
+/// The sockets worker `w` of `workers` accepts on: its own socket of each
+/// group (several when a group has more sockets than there are workers, as
+/// one inherited from a process with more workers may), or a duplicate of
+/// one shared with other workers when it has fewer.
 fn sockets_for(
     listeners: &[Vec<TcpListener>],
     kinds: &[Kind],
     w: usize,
+    workers: usize,
 ) -> io::Result<Vec<(TcpListener, Kind)>> {
-    listeners
-        .iter()
-        .zip(kinds)
-        .filter(|(g, _)| !g.is_empty())
-        .map(|(g, kind)| Ok((g[w % g.len()].try_clone()?, kind.clone())))
-        .collect()
+    let mut mine = Vec::new();
+    for (g, kind) in listeners.iter().zip(kinds).filter(|(g, _)| !g.is_empty()) {
+        if g.len() <= workers {
+            mine.push((g[w % g.len()].try_clone()?, kind.clone()));
+        } else {
+            for s in g.iter().skip(w).step_by(workers) {
+                mine.push((s.try_clone()?, kind.clone()));
+            }
+        }
+    }
+    Ok(mine)
 }
 
 /// One runtime's share of the work: accept loops, then the drain.

@@ -84,7 +84,17 @@ pub(crate) struct Running {
 /// Starts `swan serve` in `dir` with `args` and reads its banner (and the
 /// admin line when `admin` is expected).
 pub(crate) fn start(dir: &std::path::Path, args: &[&str], admin: bool) -> Running {
-    let mut child = swan()
+    start_program(swan(), dir, args, admin)
+}
+
+/// [`start`] with another program (a copy of the binary, for upgrades).
+pub(crate) fn start_program(
+    mut program: Command,
+    dir: &std::path::Path,
+    args: &[&str],
+    admin: bool,
+) -> Running {
+    let mut child = program
         .current_dir(dir)
         .arg("serve")
         .args(args)
@@ -149,4 +159,80 @@ pub(crate) fn term(child: &std::process::Child) {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
+}
+
+/// A reply read by [`exchange`].
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    /// `X-Served-By` (set by the load balancer in the cluster tests).
+    pub(crate) served_by: String,
+    pub(crate) body: String,
+    /// The server said `Connection: close`: open a new connection.
+    pub(crate) close: bool,
+}
+
+/// One HTTP/1.1 request on a kept-alive connection, and its whole reply
+/// (Content-Length or chunked).
+pub(crate) fn exchange<S: Read + Write>(
+    stream: &mut BufReader<S>,
+    method: &str,
+    path: &str,
+) -> std::io::Result<Reply> {
+    use std::io::{Error, ErrorKind};
+    stream.get_mut().write_all(
+        format!("{method} {path} HTTP/1.1\r\nHost: swan.test\r\nContent-Length: 0\r\n\r\n")
+            .as_bytes(),
+    )?;
+    let mut line = String::new();
+    if stream.read_line(&mut line)? == 0 {
+        return Err(Error::new(
+            ErrorKind::UnexpectedEof,
+            "closed before a reply",
+        ));
+    }
+    let status = status_of(&line);
+    let (mut len, mut chunked, mut served_by, mut close) = (0usize, false, String::new(), false);
+    loop {
+        line.clear();
+        if stream.read_line(&mut line)? == 0 {
+            return Err(Error::new(ErrorKind::UnexpectedEof, "closed in the head"));
+        }
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        let (name, value) = l.split_once(':').unwrap_or((l, ""));
+        let value = value.trim();
+        match name.to_ascii_lowercase().as_str() {
+            "content-length" => len = value.parse().unwrap_or(0),
+            "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
+            "x-served-by" => served_by = value.to_owned(),
+            "connection" => close = value.eq_ignore_ascii_case("close"),
+            _ => {}
+        }
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            line.clear();
+            stream.read_line(&mut line)?;
+            let size = usize::from_str_radix(line.trim(), 16)
+                .map_err(|_| Error::new(ErrorKind::InvalidData, "bad chunk size"))?;
+            let mut chunk = vec![0; size + 2];
+            stream.read_exact(&mut chunk)?;
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        body.resize(len, 0);
+        stream.read_exact(&mut body)?;
+    }
+    Ok(Reply {
+        status,
+        served_by,
+        body: String::from_utf8_lossy(&body).into_owned(),
+        close,
+    })
 }

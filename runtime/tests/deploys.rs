@@ -1,0 +1,329 @@
+//! Deploying without surprises, through the real binary: a listener is
+//! this process's alone (a second swan on the same address is refused,
+//! never silently sharing it through SO_REUSEPORT), and SIGUSR2 upgrades
+//! the binary under load with no failed request, while a new binary that
+//! cannot start leaves the old one serving. Loopback only; every load
+//! loop is bounded in count and time.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+mod support;
+use support::{exchange, get, site, start, start_program, swan};
+
+/// `/hello`: a small servlet.
+const HELLO: &str = r#"(module
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "hello")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32)
+    (drop (call $write (i32.const 0) (i32.const 5)))
+    i32.const 0))"#;
+
+/// `/slow`: runs for 1.5 s (WASI monotonic clock), then answers.
+const SLOW: &str = r#"(module
+  (import "wasi_snapshot_preview1" "clock_time_get" (func $now (param i32 i64 i32) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 100) "slow done")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (local $start i64)
+    (drop (call $now (i32.const 1) (i64.const 1000) (i32.const 0)))
+    (local.set $start (i64.load (i32.const 0)))
+    (block $done (loop $spin
+      (drop (call $now (i32.const 1) (i64.const 1000) (i32.const 0)))
+      (br_if $done (i64.ge_u (i64.sub (i64.load (i32.const 0)) (local.get $start)) (i64.const 1500000000)))
+      (br $spin)))
+    (drop (call $write (i32.const 100) (i32.const 9)))
+    i32.const 0))"#;
+
+fn wait_exit(child: &mut std::process::Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn a_second_swan_on_a_taken_address_is_refused_for_every_listener() {
+    let first_site = site();
+    let mut first = start(first_site.path(), &["--listen", "127.0.0.1:0"], false);
+    let taken = first.urls[0].clone();
+    let other = site();
+    std::fs::write(other.path().join("www/index.html"), "other swan").expect("index");
+    // The taken address alone, and as the second of two listeners.
+    std::fs::write(
+        other.path().join("swan.toml"),
+        format!("[server]\nlisten = [\"127.0.0.1:0\", \"{taken}\"]\n[[site]]\nroot = \"www\"\n"),
+    )
+    .expect("config");
+    for args in [
+        vec!["--listen", taken.as_str()],
+        vec!["--config", "swan.toml"],
+    ] {
+        let mut second = swan()
+            .current_dir(other.path())
+            .arg("serve")
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let status = wait_exit(&mut second, Duration::from_secs(30));
+        let mut err = String::new();
+        if status.is_none() {
+            let _ = second.kill();
+        }
+        let _ = std::io::Read::read_to_string(&mut second.stderr.take().expect("stderr"), &mut err);
+        let _ = second.wait();
+        assert_eq!(status.and_then(|s| s.code()), Some(1), "{args:?}: {err}");
+        assert!(
+            err.to_lowercase().contains("address already in use"),
+            "{err}"
+        );
+        assert!(err.contains(&taken) && err.contains("--listen"), "{err}");
+    }
+    // Every connection still reaches the first swan.
+    for _ in 0..20 {
+        assert!(get(&taken, "/").ends_with("cli hello"));
+    }
+    support::term(&first.child);
+    assert!(wait_exit(&mut first.child, Duration::from_secs(20)).is_some());
+}
+
+/// Runs keep-alive GETs against `addr` until `stop`; returns (requests,
+/// failures described).
+fn load(addr: String, stop: Arc<AtomicBool>, seed: usize) -> (usize, Vec<String>) {
+    let paths = ["/index.html", "/hello"];
+    let (mut done, mut failed) = (0, Vec::new());
+    let mut conn: Option<BufReader<TcpStream>> = None;
+    for i in 0..200_000 {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if conn.is_none() {
+            match TcpStream::connect(&addr) {
+                Ok(s) => {
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+                    conn = Some(BufReader::new(s));
+                }
+                Err(e) => {
+                    failed.push(format!("connect: {e}"));
+                    continue;
+                }
+            }
+        }
+        let Some(stream) = conn.as_mut() else {
+            continue;
+        };
+        let path = paths[(i + seed) % paths.len()];
+        done += 1;
+        match exchange(stream, "GET", path) {
+            Ok(r) if r.status == 200 => {
+                if r.close {
+                    conn = None;
+                }
+            }
+            Ok(r) => {
+                failed.push(format!("{path}: {}", r.status));
+                conn = None;
+            }
+            Err(e) => {
+                failed.push(format!("{path}: {e}"));
+                conn = None;
+            }
+        }
+    }
+    (done, failed)
+}
+
+/// Collects the process's log lines (its stderr, shared with the
+/// processes it starts).
+fn log_lines(
+    stderr: std::process::ChildStderr,
+) -> (Arc<Mutex<Vec<String>>>, mpsc::Receiver<String>) {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = mpsc::channel();
+    let keep = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            keep.lock().expect("log").push(line.clone());
+            let _ = tx.send(line);
+        }
+    });
+    (lines, rx)
+}
+
+fn wait_line(rx: &mpsc::Receiver<String>, needle: &str, limit: Duration) -> String {
+    let started = Instant::now();
+    while let Some(left) = limit.checked_sub(started.elapsed()) {
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => return line,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    panic!("no log line with {needle:?} within {limit:?}");
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false)
+}
+
+#[test]
+fn sigusr2_upgrades_the_binary_under_load_without_a_failed_request() {
+    let dir = site();
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    std::fs::write(
+        dir.path().join("servlets/hello.wasm"),
+        wat::parse_str(HELLO).expect("hello"),
+    )
+    .expect("hello");
+    std::fs::write(
+        dir.path().join("servlets/slow.wasm"),
+        wat::parse_str(SLOW).expect("slow"),
+    )
+    .expect("slow");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\ndrain_timeout = \"20s\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\ntimeout = \"10s\"\n",
+    )
+    .expect("config");
+    // Upgrades run the file the process was started from: a copy here, so
+    // the test can replace it.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    let program = bin.join("swan");
+    std::fs::copy(env!("CARGO_BIN_EXE_swan"), &program).expect("copy swan");
+    let mut old = start_program(
+        Command::new(&program),
+        dir.path(),
+        &["--config", "swan.toml"],
+        true,
+    );
+    let addr = old.urls[0].clone();
+    let admin = old.admin.clone().expect("admin");
+    let (log, rx) = log_lines(old.child.stderr.take().expect("stderr"));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..6)
+        .map(|seed| {
+            let (addr, stop) = (addr.clone(), stop.clone());
+            std::thread::spawn(move || load(addr, stop, seed))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    // A request in flight on the old process when the upgrade starts.
+    let slow = {
+        let addr = addr.clone();
+        std::thread::spawn(move || get(&addr, "/slow"))
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let old_pid = old.child.id();
+    assert!(
+        Command::new("kill")
+            .args(["-USR2", &old_pid.to_string()])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let line = wait_line(
+        &rx,
+        "is ready; this one stops accepting",
+        Duration::from_secs(60),
+    );
+    let new_pid: u32 = line
+        .split("new process ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    assert_ne!(new_pid, old_pid);
+    // The old process drains and exits; its slow request completes.
+    let status = wait_exit(&mut old.child, Duration::from_secs(30)).expect("old process exits");
+    assert!(status.success(), "old process: {status}");
+    let slow = slow.join().expect("slow");
+    assert!(
+        slow.starts_with("HTTP/1.1 200") && slow.ends_with("slow done"),
+        "{slow}"
+    );
+    // The load goes on against the new process alone.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(alive(new_pid), "new process is running");
+    assert!(
+        get(&admin, "/readyz").starts_with("HTTP/1.1 200"),
+        "the admin socket moved too"
+    );
+    stop.store(true, Ordering::Relaxed);
+    let (mut requests, mut failures) = (0, Vec::new());
+    for c in clients {
+        let (n, f) = c.join().expect("client");
+        requests += n;
+        failures.extend(f);
+    }
+    println!(
+        "upgrade under load: {requests} requests, {} failed",
+        failures.len()
+    );
+    assert!(requests > 100, "the load ran: {requests}");
+    assert!(
+        failures.is_empty(),
+        "{} of {requests} failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(10)]
+    );
+
+    // A new binary that cannot start: the running one keeps serving.
+    let broken = bin.join("swan.new");
+    std::fs::write(
+        &broken,
+        "#!/bin/sh\necho 'this build is broken' >&2\nexit 3\n",
+    )
+    .expect("script");
+    std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    std::fs::rename(&broken, &program).expect("replace the binary");
+    assert!(
+        Command::new("kill")
+            .args(["-USR2", &new_pid.to_string()])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let failed = wait_line(&rx, "upgrade failed", Duration::from_secs(30));
+    assert!(failed.contains("exit status: 3"), "{failed}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(alive(new_pid), "a failed upgrade stops nothing");
+    for _ in 0..10 {
+        assert!(get(&addr, "/hello").ends_with("hello"));
+    }
+    // Done: stop the process this test started (by pid).
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &new_pid.to_string()])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let started = Instant::now();
+    while alive(new_pid) && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !alive(new_pid),
+        "stopped; log:\n{}",
+        log.lock().expect("log").join("\n")
+    );
+}
