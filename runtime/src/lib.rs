@@ -34,6 +34,7 @@ pub mod servlet;
 pub mod site;
 pub mod static_files;
 pub mod store;
+pub mod toolchain;
 
 pub use app::App;
 pub use config::{Config, ConfigError, Overrides};

@@ -1,4 +1,5 @@
-//! The `swan` command line: `swan serve` and `swan check`.
+//! The `swan` command line: `swan serve`, `swan check`, `swan new` and
+//! `swan completions`.
 //!
 //! Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error.
 
@@ -13,7 +14,22 @@ use swan::{Config, ConfigError, Overrides};
 
 /// swan: static files from memory and WebAssembly servlets, sandboxed.
 #[derive(Debug, Parser)]
-#[command(name = "swan", version, about, propagate_version = true)]
+#[command(
+    name = "swan",
+    version,
+    about,
+    propagate_version = true,
+    after_help = "Examples:
+  swan serve                          serve ./www (or ./swan.toml) on 127.0.0.1:8080
+  swan serve --dev                    the same, building servlet sources on every change
+  swan new hello --lang rust          a Rust servlet in ./servlets/hello (then: swan serve --dev)
+  swan new api --lang js              a JavaScript component
+  swan new --list                     languages and their toolchains
+  swan check --config swan.toml       validate and show what would be served
+  swan completions bash > /etc/bash_completion.d/swan
+
+Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -25,6 +41,35 @@ enum Command {
     Serve(ConfigArgs),
     /// Validate the configuration and print what would be served.
     Check(ConfigArgs),
+    /// Create a servlet source folder that builds and answers as it is.
+    New(NewArgs),
+    /// Print a shell completion script.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Args)]
+struct NewArgs {
+    /// The servlet's name: its route (/NAME) and folder.
+    #[arg(required_unless_present = "list")]
+    name: Option<String>,
+    /// rust, c, assemblyscript, zig, go (native); rust, js, python (components).
+    #[arg(long, short = 'l', required_unless_present = "list")]
+    lang: Option<String>,
+    /// native (swan's ABI) or component (wasi:http); the language's own by default.
+    #[arg(long, value_parser = ["native", "component"])]
+    kind: Option<String>,
+    /// Folder to create it in [default: the default site's servlets folder].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Configuration file to find the servlets folder in.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// List the languages and whether their toolchains are installed.
+    #[arg(long)]
+    list: bool,
 }
 
 #[derive(Debug, Args)]
@@ -42,6 +87,10 @@ struct ConfigArgs {
     /// Folder of .wasm servlets of the default site. Replaces its `servlets`.
     #[arg(long, value_name = "DIR")]
     servlets: Option<PathBuf>,
+    /// Development mode (as `mode = "development"`): build servlet sources
+    /// on change, show build errors on their routes.
+    #[arg(long)]
+    dev: bool,
 }
 
 impl ConfigArgs {
@@ -50,6 +99,7 @@ impl ConfigArgs {
             listen: self.listen.clone(),
             root: self.root.clone(),
             servlets: self.servlets.clone(),
+            dev: self.dev,
         }
     }
 
@@ -71,6 +121,12 @@ fn main() -> ExitCode {
     }));
     let args = match &cli.command {
         Command::Serve(a) | Command::Check(a) => a,
+        Command::New(a) => return new(a),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut command, "swan", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
     };
     let overrides = args.overrides();
     let config = match args.load() {
@@ -83,9 +139,74 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(_) => cli::serve::serve(config, overrides),
         Command::Check(_) => cli::check::check(&config),
+        Command::New(_) | Command::Completions { .. } => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `swan new`.
+fn new(args: &NewArgs) -> ExitCode {
+    if args.list {
+        cli::new::list();
+        return ExitCode::SUCCESS;
+    }
+    let (Some(name), Some(lang)) = (&args.name, &args.lang) else {
+        eprintln!("error: swan new NAME --lang LANG (swan new --list)");
+        return ExitCode::from(2);
+    };
+    let lang =
+        match swan::toolchain::Lang::parse(lang, args.kind.as_deref().map(|k| k == "component")) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
+    let dir = match &args.dir {
+        Some(d) => d.clone(),
+        None => match Config::load(args.config.as_deref(), &Overrides::default()) {
+            Ok(c) => c
+                .sites
+                .iter()
+                .find(|s| s.default)
+                .and_then(|s| s.servlets.clone())
+                .unwrap_or_else(|| PathBuf::from("servlets")),
+            Err(_) => PathBuf::from("servlets"),
+        },
+    };
+    match cli::new::create(name, lang, &dir) {
+        Ok(dest) => {
+            println!(
+                "created {} ({} {}; edit {})",
+                dest.display(),
+                lang.name(),
+                if lang.component() {
+                    "component"
+                } else {
+                    "native servlet"
+                },
+                dest.join(lang.main_file()).display()
+            );
+            println!("run:  swan serve --dev --servlets {}", dir.display());
+            println!(
+                "then: curl 'http://127.0.0.1:8080/{name}?name=Ada'   -> Hello, Ada! GET /{name}"
+            );
+            if !lang.available() {
+                println!(
+                    "note: its toolchain ({}) is missing; install it with:
+  {}",
+                    lang.needs(),
+                    lang.install_hint()
+                );
+            }
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)

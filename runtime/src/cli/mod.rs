@@ -1,7 +1,8 @@
-//! The `swan` binary's commands (not part of the library): `serve.rs` and
-//! `check.rs`, with what they share.
+//! The `swan` binary's commands (not part of the library): `serve.rs`,
+//! `check.rs` and `new.rs`, with what they share.
 
 pub(crate) mod check;
+pub(crate) mod new;
 pub(crate) mod serve;
 
 /// `n` bytes for people: "512 B", "1.5 MiB".

@@ -136,6 +136,9 @@ impl Config {
             let plain = listen.into_iter().map(ListenerConfig::plain);
             self.server.listen.splice(0..0, plain);
         }
+        if overrides.dev {
+            self.server.development = true;
+        }
         if let Some(i) = self.sites.iter().position(|s| s.default) {
             let site = &mut self.sites[i];
             let mut at = positions.sites.get_mut(i);

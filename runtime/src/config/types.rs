@@ -437,4 +437,6 @@ pub struct Overrides {
     pub root: Option<PathBuf>,
     /// `--servlets`: replaces the default site's servlets folder.
     pub servlets: Option<PathBuf>,
+    /// `--dev`: development mode, as `mode = "development"`.
+    pub dev: bool,
 }

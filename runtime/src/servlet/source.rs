@@ -1,6 +1,7 @@
-//! Servlet sources: a folder in a servlets folder holding a `Cargo.toml`
-//! (Rust, built for `wasm32-wasip1`) or `.c` files (C, built with clang and
-//! wasi-libc) is built by swan at start and whenever its sources change,
+//! Servlet sources: a folder in a servlets folder holding the sources of a
+//! servlet in one of the languages of `crate::toolchain` (Rust, C,
+//! AssemblyScript, Zig, Go as native servlets; Rust, JavaScript, Python as
+//! components) is built by swan at start and whenever its sources change,
 //! in development mode (or with `build_sources = true`): building runs
 //! native tools, and a crate's build scripts, with swan's rights, so
 //! production loads `.wasm` files only. Each build has a time limit
@@ -21,14 +22,8 @@ use crate::file_stamp::FileStamp;
 /// `swan.h`, written next to C sources' build so they need no SDK checkout.
 const SWAN_H: &str = include_str!("../../../guest-sdk/c/swan.h");
 
-/// How a source folder is built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SourceKind {
-    /// A Cargo package with a `cdylib` target.
-    Rust,
-    /// `.c` files.
-    C,
-}
+/// How a source folder is built: its language.
+pub(crate) use crate::toolchain::Lang as SourceKind;
 
 /// A servlet source folder.
 #[derive(Debug, Clone)]
@@ -70,13 +65,7 @@ pub(crate) fn find(servlets: &Path) -> Vec<Source> {
             if name == "target" || name.starts_with('.') {
                 return None;
             }
-            let kind = if dir.join("Cargo.toml").is_file() {
-                SourceKind::Rust
-            } else if c_files(&dir).next().is_some() {
-                SourceKind::C
-            } else {
-                return None;
-            };
+            let kind = SourceKind::detect(&dir)?;
             Some(Source { name, dir, kind })
         })
         .collect();
@@ -102,8 +91,9 @@ pub(crate) struct SourceStamp {
     newest_ns: u128,
 }
 
-/// The stamp of a source folder. Build output (`target/`) and hidden files
-/// are left out.
+/// The stamp of a source folder. Build output (`target/`, `.wasm` files),
+/// installed packages (`node_modules/`), caches (`__pycache__/`) and hidden
+/// files are left out: a build must not make its folder look changed.
 pub(crate) fn stamp(dir: &Path) -> SourceStamp {
     let mut acc = SourceStamp::default();
     fn walk(dir: &Path, acc: &mut SourceStamp) {
@@ -114,7 +104,12 @@ pub(crate) fn stamp(dir: &Path) -> SourceStamp {
         {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with('.') || name == "target" {
+            if name.starts_with('.')
+                || name == "target"
+                || name == "node_modules"
+                || name == "__pycache__"
+                || name.ends_with(".wasm")
+            {
                 continue;
             }
             let Ok(meta) = entry.metadata() else { continue };
@@ -151,52 +146,7 @@ pub(crate) fn build(
     let staging = out.join(format!("{}.wasm.building", source.name));
     tracing::info!(servlet = %source.name, dir = %source.dir.display(), kind = ?source.kind, "building servlet");
     let started = Instant::now();
-    let built = match source.kind {
-        SourceKind::Rust => {
-            let target_dir = servlets.join("target").join("cargo");
-            let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-            cmd.current_dir(&source.dir)
-                .args([
-                    "build",
-                    "--release",
-                    "--target",
-                    "wasm32-wasip1",
-                    "--color",
-                    "never",
-                    "--manifest-path",
-                ])
-                .arg(source.dir.join("Cargo.toml"))
-                .arg("--target-dir")
-                .arg(&target_dir);
-            run(&source.name, cmd, timeout).map_err(fail)?;
-            let artefact = rust_artefact(&source.dir).map_err(fail)?;
-            target_dir
-                .join("wasm32-wasip1")
-                .join("release")
-                .join(artefact)
-        }
-        SourceKind::C => {
-            let include = out.join("include");
-            std::fs::create_dir_all(&include)
-                .and_then(|()| std::fs::write(include.join("swan.h"), SWAN_H))
-                .map_err(|e| fail(format!("cannot write swan.h: {e}")))?;
-            let mut cmd = Command::new("clang");
-            cmd.current_dir(&source.dir)
-                .args([
-                    "--target=wasm32-wasi",
-                    "-O2",
-                    "-mexec-model=reactor",
-                    "-fdiagnostics-color=never",
-                ])
-                .arg("-I")
-                .arg(&include)
-                .arg("-o")
-                .arg(&staging)
-                .args(c_files(&source.dir));
-            run(&source.name, cmd, timeout).map_err(fail)?;
-            staging.clone()
-        }
-    };
+    let built = build_with(source, servlets, &out, &staging, timeout).map_err(fail)?;
     // Copy, then rename: the deployed file is never half-written.
     if built != staging {
         std::fs::copy(&built, &staging)
@@ -211,6 +161,167 @@ pub(crate) fn build(
         "servlet built"
     );
     Ok(target)
+}
+
+/// Runs the language's build in the source folder; returns the file it
+/// made.
+fn build_with(
+    source: &Source,
+    servlets: &Path,
+    out: &Path,
+    staging: &Path,
+    timeout: Duration,
+) -> Result<PathBuf, String> {
+    let dir = &source.dir;
+    let name = &source.name;
+    let missing = |what: &str| {
+        format!(
+            "{what} not found; install it with: {}",
+            source.kind.install_hint()
+        )
+    };
+    let tool = |(program, args): crate::toolchain::Tool| {
+        let mut cmd = Command::new(program);
+        cmd.current_dir(dir).args(args);
+        cmd
+    };
+    match source.kind {
+        SourceKind::Rust | SourceKind::RustComponent => {
+            let triple = if source.kind == SourceKind::Rust {
+                "wasm32-wasip1"
+            } else {
+                "wasm32-wasip2"
+            };
+            let target_dir = servlets.join("target").join("cargo");
+            let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+            cmd.current_dir(dir)
+                .args(["build", "--release", "--target", triple, "--color", "never"])
+                .arg("--manifest-path")
+                .arg(dir.join("Cargo.toml"))
+                .arg("--target-dir")
+                .arg(&target_dir);
+            run(name, cmd, timeout)?;
+            let artefact = rust_artefact(dir)?;
+            Ok(target_dir.join(triple).join("release").join(artefact))
+        }
+        SourceKind::C => {
+            let include = out.join("include");
+            std::fs::create_dir_all(&include)
+                .and_then(|()| std::fs::write(include.join("swan.h"), SWAN_H))
+                .map_err(|e| format!("cannot write swan.h: {e}"))?;
+            let mut cmd = Command::new("clang");
+            cmd.current_dir(dir)
+                .args([
+                    "--target=wasm32-wasi",
+                    "-O2",
+                    "-mexec-model=reactor",
+                    "-fdiagnostics-color=never",
+                ])
+                .arg("-I")
+                .arg(&include)
+                .arg("-o")
+                .arg(staging)
+                .args(c_files(dir));
+            run(name, cmd, timeout)?;
+            Ok(staging.to_owned())
+        }
+        SourceKind::AssemblyScript | SourceKind::JsComponent => {
+            let npm = crate::toolchain::on_path("npm").ok_or_else(|| missing("npm"))?;
+            let started = Instant::now();
+            if !dir.join("node_modules").is_dir() {
+                let mut ci = Command::new(&npm);
+                ci.current_dir(dir)
+                    .args(["ci", "--no-audit", "--no-fund", "--no-progress"]);
+                run(name, ci, timeout)?;
+            }
+            let mut cmd = Command::new(&npm);
+            cmd.current_dir(dir).args(["run", "--silent", "build"]);
+            run(name, cmd, timeout.saturating_sub(started.elapsed()))?;
+            // The templates' build scripts write NAME.wasm in the folder.
+            npm_output(dir, name)
+        }
+        SourceKind::Zig => {
+            let zig = crate::toolchain::zig().ok_or_else(|| missing("zig"))?;
+            let mut cmd = tool(zig);
+            cmd.args([
+                "build-exe",
+                "main.zig",
+                "-target",
+                "wasm32-freestanding",
+                "-fno-entry",
+                "--export=swan_abi_version",
+                "--export=swan_handle",
+                "-O",
+                "ReleaseSmall",
+            ])
+            .arg(format!("-femit-bin={}", staging.display()));
+            run(name, cmd, timeout)?;
+            Ok(staging.to_owned())
+        }
+        SourceKind::Go => {
+            let go = crate::toolchain::go().ok_or_else(|| missing("go (1.24+)"))?;
+            let mut cmd = tool(go);
+            cmd.env("GOOS", "wasip1")
+                .env("GOARCH", "wasm")
+                .env("GOTOOLCHAIN", "local")
+                .env("GOFLAGS", "-buildvcs=false")
+                .env("GOPROXY", "off")
+                .args(["build", "-buildmode=c-shared", "-o"])
+                .arg(staging)
+                .arg(".");
+            run(name, cmd, timeout)?;
+            Ok(staging.to_owned())
+        }
+        SourceKind::PythonComponent => {
+            let py =
+                crate::toolchain::componentize_py().ok_or_else(|| missing("componentize-py"))?;
+            let mut cmd = tool(py);
+            // No bytecode next to the sources, no outer virtualenv.
+            cmd.env_remove("VIRTUAL_ENV")
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .args([
+                    "-d",
+                    "wit",
+                    "-w",
+                    "servlet",
+                    "componentize",
+                    "-p",
+                    ".",
+                    "app",
+                    "-o",
+                ])
+                .arg(staging);
+            run(name, cmd, timeout)?;
+            Ok(staging.to_owned())
+        }
+    }
+}
+
+/// The module an npm build made: `NAME.wasm` in the folder, else the only
+/// `.wasm` file there.
+fn npm_output(dir: &Path, name: &str) -> Result<PathBuf, String> {
+    let named = dir.join(format!("{name}.wasm"));
+    if named.is_file() {
+        return Ok(named);
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
+        .collect();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(format!(
+            "`npm run build` made no .wasm file in {}",
+            dir.display()
+        )),
+        _ => Err(format!(
+            "`npm run build` left several .wasm files in {}; name the servlet's {name}.wasm",
+            dir.display()
+        )),
+    }
 }
 
 /// How often a long build says it is still running.

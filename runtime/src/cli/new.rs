@@ -1,0 +1,126 @@
+//! `swan new NAME --lang LANG [--kind native|component]`: a servlet source
+//! folder from `templates/` (built into the binary), ready to build and
+//! answer with no edits.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use include_dir::{Dir, include_dir};
+
+use swan::toolchain::Lang;
+
+static TEMPLATES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/../templates");
+
+/// Prints the languages, what each needs, and whether it is installed.
+pub(crate) fn list() {
+    println!("swan new NAME --lang LANG [--kind native|component]\n");
+    println!("{:<16} {:<10} {:<10} needs", "LANG", "KIND", "TOOLCHAIN");
+    for lang in Lang::ALL {
+        let ok = lang.available();
+        println!(
+            "{:<16} {:<10} {:<10} {}",
+            lang.name(),
+            if lang.component() {
+                "component"
+            } else {
+                "native"
+            },
+            if ok { "found" } else { "missing" },
+            lang.needs()
+        );
+        if !ok {
+            println!("{:<38} install: {}", "", lang.install_hint());
+        }
+    }
+}
+
+/// Creates `DIR/NAME` from the language's template. `dir` is the servlets
+/// folder to create it in.
+pub(crate) fn create(name: &str, lang: Lang, dir: &Path) -> anyhow::Result<PathBuf> {
+    check_name(name)?;
+    let dest = dir.join(name);
+    if dest.exists() {
+        bail!(
+            "{} exists already: pick another name or remove it",
+            dest.display()
+        );
+    }
+    let template = TEMPLATES
+        .get_dir(lang.template())
+        .with_context(|| format!("no template {} in this build", lang.template()))?;
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../guest-sdk")
+        .canonicalize()
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk"));
+    std::fs::create_dir_all(&dest).with_context(|| format!("cannot create {}", dest.display()))?;
+    write_dir(template, Path::new(lang.template()), &dest, name, &sdk)?;
+    Ok(dest)
+}
+
+/// Names become a route, a file name, a Cargo and an npm package name: a
+/// lower-case letter, then lower-case letters, digits, `-` or `_`.
+fn check_name(name: &str) -> anyhow::Result<()> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase());
+    let rest_ok =
+        chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if !first_ok || !rest_ok || name.len() > 64 {
+        bail!(
+            "invalid servlet name {name:?}: use a lower-case letter, then lower-case letters, digits, '-' or '_' (it becomes the route /{name})"
+        );
+    }
+    Ok(())
+}
+
+fn write_dir(
+    dir: &Dir<'_>,
+    base: &Path,
+    dest: &Path,
+    name: &str,
+    sdk: &Path,
+) -> anyhow::Result<()> {
+    for file in dir.files() {
+        let relative = file.path().strip_prefix(base).unwrap_or(file.path());
+        let target = dest.join(relative);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let bytes = match file.contents_utf8() {
+            Some(text) => text
+                .replace("{{name}}", name)
+                .replace("{{sdk_path}}", &sdk.display().to_string())
+                .into_bytes(),
+            None => file.contents().to_vec(),
+        };
+        std::fs::write(&target, bytes)
+            .with_context(|| format!("cannot write {}", target.display()))?;
+    }
+    for sub in dir.dirs() {
+        write_dir(sub, base, dest, name, sdk)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_routes_and_package_names() {
+        for ok in ["hello", "my-api", "v2_beta", "a"] {
+            assert!(check_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "Hello", "2fast", "../x", "a b", "a/b", "-x"] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_language_has_its_template_built_in() {
+        for lang in Lang::ALL {
+            let dir = TEMPLATES.get_dir(lang.template()).expect("template");
+            let main = Path::new(lang.template()).join(lang.main_file());
+            assert!(dir.get_file(&main).is_some(), "{}", main.display());
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! `swan new` for every language, through the real binary: the new folder
+//! builds and answers in development mode with no edits, and an edit to
+//! its source is live on the next requests. Toolchains come from
+//! scripts/setup (Rust targets, clang, npm, PyPI Zig/Go/componentize-py).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod support;
+use support::{get, start, stop, swan};
+
+/// Polls `path` until its body contains `want` (builds take a while the
+/// first time: npm ci, cargo fetch).
+fn wait_for(addr: &str, path: &str, want: &str, limit: Duration) -> Result<(), String> {
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < limit {
+        last = get(addr, path);
+        if last.starts_with("HTTP/1.1 200") && last.contains(want) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Err(format!(
+        "no {want:?} at {path} within {limit:?}; last reply:\n{last}"
+    ))
+}
+
+/// `swan new NAME --lang LANG [--kind KIND]`, serve with --dev, request,
+/// edit, request again.
+fn new_builds_answers_and_rebuilds(name: &str, lang: &str, kind: Option<&str>, limit: Duration) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir_all(dir.path().join("www")).expect("www");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nbuild_timeout = \"600s\"\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
+    )
+    .expect("config");
+    // The servlets folder comes from swan.toml in the current folder.
+    let mut new = swan();
+    new.current_dir(dir.path())
+        .args(["new", name, "--lang", lang]);
+    if let Some(kind) = kind {
+        new.args(["--kind", kind]);
+    }
+    let out = new.output().expect("swan new");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let folder = dir.path().join("servlets").join(name);
+    assert!(folder.is_dir(), "{said}");
+    let main = said
+        .split("edit ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .map(|p| dir.path().join(p))
+        .unwrap_or_else(|| panic!("no file to edit in {said:?}"));
+    assert!(main.is_file(), "{}", main.display());
+
+    let running = start(
+        dir.path(),
+        &["--dev", "--config", "swan.toml", "--listen", "127.0.0.1:0"],
+        false,
+    );
+    let addr = running.urls[0].clone();
+    let path = format!("/{name}?name=Ada");
+    let first = wait_for(&addr, &path, &format!("Hello, Ada! GET /{name}"), limit);
+    if let Err(e) = first {
+        let log = stop(running.child);
+        panic!("{lang}: {e}\nlog:\n{log}");
+    }
+    let source = std::fs::read_to_string(&main).expect("read source");
+    std::fs::write(&main, source.replace("Hello, ", "Howdy, ")).expect("edit source");
+    let second = wait_for(&addr, &path, &format!("Howdy, Ada! GET /{name}"), limit);
+    let log = stop(running.child);
+    if let Err(e) = second {
+        panic!("{lang} after the edit: {e}\nlog:\n{log}");
+    }
+    // Build times are reported per build.
+    assert!(
+        log.contains("servlet built") && log.contains("took_ms"),
+        "{log}"
+    );
+}
+
+#[test]
+fn rust_native() {
+    new_builds_answers_and_rebuilds("hello-rs", "rust", None, Duration::from_secs(300));
+}
+
+#[test]
+fn rust_component() {
+    new_builds_answers_and_rebuilds(
+        "hello-rsc",
+        "rust",
+        Some("component"),
+        Duration::from_secs(300),
+    );
+}
+
+#[test]
+fn c() {
+    new_builds_answers_and_rebuilds("hello-c", "c", None, Duration::from_secs(120));
+}
+
+#[test]
+fn assemblyscript() {
+    new_builds_answers_and_rebuilds("hello-as", "assemblyscript", None, Duration::from_secs(300));
+}
+
+#[test]
+fn zig() {
+    new_builds_answers_and_rebuilds("hello-zig", "zig", None, Duration::from_secs(180));
+}
+
+#[test]
+fn go() {
+    new_builds_answers_and_rebuilds("hello-go", "go", None, Duration::from_secs(240));
+}
+
+#[test]
+fn javascript_component() {
+    new_builds_answers_and_rebuilds("hello-js", "js", None, Duration::from_secs(400));
+}
+
+#[test]
+fn python_component() {
+    new_builds_answers_and_rebuilds("hello-py", "python", None, Duration::from_secs(300));
+}
+
+#[test]
+fn bad_names_languages_and_existing_folders_are_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let run = |args: &[&str]| {
+        swan()
+            .current_dir(dir.path())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("swan new")
+    };
+    let bad = run(&["new", "Bad Name", "--lang", "rust", "--dir", "s"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid servlet name"));
+    let cobol = run(&["new", "x", "--lang", "cobol", "--dir", "s"]);
+    assert_eq!(cobol.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&cobol.stderr).contains("swan new --list"));
+    let zig_component = run(&[
+        "new",
+        "x",
+        "--lang",
+        "zig",
+        "--kind",
+        "component",
+        "--dir",
+        "s",
+    ]);
+    assert_eq!(zig_component.status.code(), Some(2));
+    assert!(
+        run(&["new", "x", "--lang", "c", "--dir", "s"])
+            .status
+            .success()
+    );
+    let again = run(&["new", "x", "--lang", "c", "--dir", "s"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists already"));
+    // --list names every language and how to get its toolchain.
+    let list = run(&["new", "--list"]);
+    let text = String::from_utf8_lossy(&list.stdout);
+    for lang in ["rust", "c", "assemblyscript", "zig", "go", "js", "python"] {
+        assert!(text.contains(lang), "{text}");
+    }
+}
+
+#[test]
+fn version_help_and_completions() {
+    let version = swan().arg("--version").output().expect("version");
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("swan "));
+    let help = swan().arg("help").output().expect("help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("Examples:") && help.contains("swan new"),
+        "{help}"
+    );
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef swan"),
+        ("fish", "complete -c swan"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_swan"))
+            .args(["completions", shell])
+            .output()
+            .expect("completions");
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(marker) && text.contains("new"),
+            "{shell}: {text}"
+        );
+    }
+    // Colours only on a terminal: piped output has no escape codes.
+    let check = swan()
+        .args(["check", "--config", "/nonexistent.toml"])
+        .output()
+        .expect("check");
+    assert!(!String::from_utf8_lossy(&check.stderr).contains('\u{1b}'));
+}

@@ -1,0 +1,3 @@
+module swan.local/{{name}}
+
+go 1.24
