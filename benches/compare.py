@@ -37,7 +37,7 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "swan-b
 WASMTIME_VERSION = "48.0.2"
 HOST = "127.0.0.1"
 PORTS = {"swan": 18101, "nginx": 18102, "limit": 18103, "wt-fresh": 18104, "wt-reuse": 18105, "base": 18106,
-         "swan-embedded": 18107, "swan-redis": 18108}
+         "swan-embedded": 18107, "swan-redis": 18108, "swan-ops": 18110}
 REDIS_PORT = 18109
 # The stores part: each side is a servlet on one of two swan processes (the
 # `default` store embedded, or on Redis).
@@ -47,6 +47,15 @@ STORE_SIDES = {
     "emb-get": ("swan-embedded", "/kv?op=get&key=greeting"),
     "redis-counter": ("swan-redis", "/visits"),
     "redis-get": ("swan-redis", "/kv?op=get&key=greeting"),
+    # The components part: the same wasi:http component in swan and in
+    # wasmtime serve.
+    "swan-comp": ("swan", "/wasi-hello"),
+    # The ops part: swan as shipped vs swan with the access log (a file,
+    # combined format) and the admin listener on.
+    "static": ("swan", "/100.html"),
+    "static-ops": ("swan-ops", "/100.html"),
+    "hello-plain": ("swan", "/hello"),
+    "hello-ops": ("swan-ops", "/hello"),
 }
 
 
@@ -178,14 +187,29 @@ def start_servers(wasmtime, wanted, baseline=None):
     (www / "1m.bin").write_bytes(os.urandom(1 << 20))
     workers = os.cpu_count() or 1
     servers = {}
-    if "swan" in wanted:
+    component = ROOT / "benches/wasi-http-hello/target/wasm32-wasip2/release/wasi_http_hello.wasm"
+    servlets = WORK / "swan-servlets"
+    servlets.mkdir(exist_ok=True)
+    for wasm in (ROOT / "target/example-servlets").glob("*.wasm"):
+        shutil.copy(wasm, servlets / wasm.name)
+    if component.exists():
+        shutil.copy(component, servlets / "wasi-hello.wasm")
+    if "swan" in wanted or "swan-ops" in wanted:
         (WORK / "swan.toml").write_text(
             f'[server]\nlisten = ["{HOST}:{PORTS["swan"]}"]\n'
-            f'[[site]]\nroot = "{www}"\nservlets = "{ROOT / "target/example-servlets"}"\n'
+            f'[[site]]\nroot = "{www}"\nservlets = "{servlets}"\n'
             '[site.cache]\nmax_file_size = "2 MiB"\n'
         )
         servers["swan"] = Server("swan", [ROOT / "target/release/swan", "serve", "--config", WORK / "swan.toml"],
                                  PORTS["swan"])
+    if "swan-ops" in wanted:
+        # Same site, with the production surface on: access log to a file
+        # (combined), the admin listener (metrics, health).
+        (WORK / "swan-ops.toml").write_text(
+            (WORK / "swan.toml").read_text().replace(str(PORTS["swan"]), str(PORTS["swan-ops"]))
+            .replace("[[site]]", f'[admin]\nlisten = "{HOST}:18111"\n[log]\naccess = "{WORK}/access.log"\n[[site]]'))
+        servers["swan-ops"] = Server("swan-ops", [ROOT / "target/release/swan", "serve", "--config",
+                                                  WORK / "swan-ops.toml"], PORTS["swan-ops"])
     if "base" in wanted:
         # Another swan build (A/B), same site and servlets, its own port.
         (WORK / "base.toml").write_text(
@@ -223,7 +247,6 @@ def start_servers(wasmtime, wanted, baseline=None):
         servers[name] = Server(name, [ROOT / "target/release/swan", "serve", "--config", WORK / f"{name}.toml"],
                                PORTS[name])
         urllib_get(f"http://{HOST}:{PORTS[name]}/kv?op=set&key=greeting&value=hello")
-    component = ROOT / "benches/wasi-http-hello/target/wasm32-wasip2/release/wasi_http_hello.wasm"
     if "wt-fresh" in wanted:
         servers["wt-fresh"] = Server("wt-fresh", [wasmtime, "serve", "-Scli", "--addr",
                                                   f"{HOST}:{PORTS['wt-fresh']}", component], PORTS["wt-fresh"])
@@ -344,7 +367,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="3 rounds of 2 s (under 3 minutes)")
     ap.add_argument("--rounds", type=int, help="runs per side and row (default 5, quick 3)")
     ap.add_argument("--seconds", type=int, help="seconds per run (default 5, quick 2)")
-    ap.add_argument("--only", choices=["static", "dynamic", "stores"], help="run one part (stores runs only when named)")
+    ap.add_argument("--only", choices=["static", "dynamic", "stores", "components", "ops"],
+                    help="run one part (stores, components and ops run only when named)")
     ap.add_argument("--no-build", action="store_true", help="use what is already built")
     ap.add_argument("--connections", type=int, nargs="+", help="static rows to run (default 1 10 100 1000 10000)")
     ap.add_argument("--baseline", type=Path, help="another swan binary, measured beside this one as `base`")
@@ -373,10 +397,11 @@ def main():
     WORK = Path(tempfile.mkdtemp(prefix="swan-compare-"))
     WORK.chmod(0o755)  # NGINX's workers run as another user and must read the files
     wanted = {"static": ["swan", "nginx", "limit"], "dynamic": ["swan", "wt-fresh", "wt-reuse"],
-              "stores": ["swan-embedded", "swan-redis"]}
+              "stores": ["swan-embedded", "swan-redis"], "components": ["swan", "wt-fresh", "wt-reuse"],
+              "ops": ["swan", "swan-ops"]}
     if args.baseline:
         for p in wanted:
-            if p != "stores":
+            if p in ("static", "dynamic"):
                 wanted[p] = ["swan", "base"] if args.ab else ["swan", "base"] + wanted[p][1:]
     parts = [args.only] if args.only else ["static", "dynamic"]
     servers = start_servers(wasmtime, {s for p in parts for s in wanted[p]}, args.baseline)
@@ -398,6 +423,18 @@ def main():
                      "wt-reuse": "wasmtime serve (reuse 128)"}[s] for s in wanted["dynamic"][1:]),
                 wanted["dynamic"],
                 lambda s: "/hello", [1, 100, 1000], rounds, secs, servers))
+        if "components" in parts:
+            results.append(compare(
+                "wasi:http component hello: swan (fresh instance per request) vs wasmtime serve, the same .wasm",
+                ["swan-comp", "wt-fresh", "wt-reuse"],
+                lambda s: STORE_SIDES[s][1] if s in STORE_SIDES else "/", [1, 100, 1000],
+                rounds, secs, servers))
+        if "ops" in parts:
+            for a, b, what in (("static", "static-ops", "static 100-byte file"),
+                               ("hello-plain", "hello-ops", "dynamic hello")):
+                results.append(compare(
+                    f"Cost of the access log (file, combined) and the admin listener: {what}",
+                    [a, b], lambda s: STORE_SIDES[s][1], [1, 100, 1000], rounds, secs, servers))
         if "stores" in parts:
             results.append(compare(
                 "Key-value stores: hello (no store) vs a counter (one increment) and a read (one get), "

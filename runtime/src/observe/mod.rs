@@ -1,6 +1,6 @@
 //! What swan reports about itself: request counters (`counters`), the
 //! access log (`access_log`), readiness, and the recent reloads. The
-//! request layer records into it; the admin listener (`crate::admin`)
+//! request layer records into it; the admin listener (the `admin` module)
 //! reads it. Recording costs a few uncontended atomic adds per request,
 //! plus one queued line when the access log is on.
 
