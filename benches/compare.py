@@ -37,7 +37,7 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "swan-b
 WASMTIME_VERSION = "48.0.2"
 HOST = "127.0.0.1"
 PORTS = {"swan": 18101, "nginx": 18102, "limit": 18103, "wt-fresh": 18104, "wt-reuse": 18105, "base": 18106,
-         "swan-embedded": 18107, "swan-redis": 18108, "swan-ops": 18110}
+         "swan-embedded": 18107, "swan-redis": 18108, "swan-ops": 18110, "swan-tls": 18112, "nginx-tls": 18113}
 REDIS_PORT = 18109
 # The stores part: each side is a servlet on one of two swan processes (the
 # `default` store embedded, or on Redis).
@@ -50,12 +50,17 @@ STORE_SIDES = {
     # The components part: the same wasi:http component in swan and in
     # wasmtime serve.
     "swan-comp": ("swan", "/wasi-hello"),
+    "swan-js": ("swan", "/hello-js"),
+    "swan-python": ("swan", "/hello-python"),
     # The ops part: swan as shipped vs swan with the access log (a file,
     # combined format) and the admin listener on.
     "static": ("swan", "/100.html"),
     "static-ops": ("swan-ops", "/100.html"),
     "hello-plain": ("swan", "/hello"),
     "hello-ops": ("swan-ops", "/hello"),
+    # The TLS part: HTTPS, the same certificate on both.
+    "swan-https": ("swan-tls", "/100.html"),
+    "nginx-https": ("nginx-tls", "/100.html"),
 }
 
 
@@ -89,12 +94,17 @@ def install():
 
 def build():
     run(["scripts/setup"], cwd=ROOT)
-    run(["cargo", "build", "--release", "-p", "swan", "-p", "swan-benches", "--bin", "limit"], cwd=ROOT)
+    # Two commands: `--bin limit` would restrict the first to that binary.
+    run(["cargo", "build", "--release", "-p", "swan", "--bin", "swan"], cwd=ROOT)
+    run(["cargo", "build", "--release", "-p", "swan-benches", "--bin", "limit"], cwd=ROOT)
     run(["examples/build.sh", "target/example-servlets"], cwd=ROOT)
     run(["cargo", "build", "--release", "--target", "wasm32-wasip2", "--manifest-path",
          "benches/wasi-http-hello/Cargo.toml"], cwd=ROOT)
     run(["cargo", "build", "--release", "--target", "wasm32-wasip1", "--manifest-path",
          "tests/guests/kv-ops-native/Cargo.toml"], cwd=ROOT)
+    run(["examples/build-components.sh", "target/example-components", "rust", "js", "python"], cwd=ROOT)
+    run(["cargo", "build", "--release", "--target", "wasm32-wasip2", "--manifest-path",
+         "tests/guests/faults-component/Cargo.toml"], cwd=ROOT)
 
 
 # ---------------------------------------------------------------- servers
@@ -176,6 +186,16 @@ http {{
         listen {host}:{port} reuseport backlog=4096;
         root {root};
     }}
+    server {{
+        listen {host}:{tls_port} ssl reuseport backlog=4096;
+        http2 on;
+        ssl_certificate {work}/tls/cert.pem;
+        ssl_certificate_key {work}/tls/key.pem;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_session_cache shared:SSL:10m;
+        ssl_session_tickets on;
+        root {root};
+    }}
 }}
 """
 
@@ -194,12 +214,16 @@ def start_servers(wasmtime, wanted, baseline=None):
         shutil.copy(wasm, servlets / wasm.name)
     if component.exists():
         shutil.copy(component, servlets / "wasi-hello.wasm")
-    if "swan" in wanted or "swan-ops" in wanted:
-        (WORK / "swan.toml").write_text(
-            f'[server]\nlisten = ["{HOST}:{PORTS["swan"]}"]\n'
-            f'[[site]]\nroot = "{www}"\nservlets = "{servlets}"\n'
-            '[site.cache]\nmax_file_size = "2 MiB"\n'
-        )
+    for name in ("hello-js", "hello-python"):
+        built = ROOT / f"target/example-components/{name}.wasm"
+        if built.exists():
+            shutil.copy(built, servlets / f"{name}.wasm")
+    (WORK / "swan.toml").write_text(
+        f'[server]\nlisten = ["{HOST}:{PORTS["swan"]}"]\n'
+        f'[[site]]\nroot = "{www}"\nservlets = "{servlets}"\n'
+        '[site.cache]\nmax_file_size = "2 MiB"\n'
+    )
+    if "swan" in wanted:
         servers["swan"] = Server("swan", [ROOT / "target/release/swan", "serve", "--config", WORK / "swan.toml"],
                                  PORTS["swan"])
     if "swan-ops" in wanted:
@@ -210,6 +234,15 @@ def start_servers(wasmtime, wanted, baseline=None):
             .replace("[[site]]", f'[admin]\nlisten = "{HOST}:18111"\n[log]\naccess = "{WORK}/access.log"\n[[site]]'))
         servers["swan-ops"] = Server("swan-ops", [ROOT / "target/release/swan", "serve", "--config",
                                                   WORK / "swan-ops.toml"], PORTS["swan-ops"])
+    if "swan-tls" in wanted:
+        tls_cert()
+        (WORK / "swan-tls.toml").write_text(
+            (WORK / "swan.toml").read_text().replace(
+                f'listen = ["{HOST}:{PORTS["swan"]}"]',
+                f'listen = [{{ addr = "{HOST}:{PORTS["swan-tls"]}", tls = true }}]\n'
+                f'[server.tls]\ncert = "{WORK}/tls/cert.pem"\nkey = "{WORK}/tls/key.pem"'))
+        servers["swan-tls"] = Server("swan-tls", [ROOT / "target/release/swan", "serve", "--config",
+                                                  WORK / "swan-tls.toml"], PORTS["swan-tls"])
     if "base" in wanted:
         # Another swan build (A/B), same site and servlets, its own port.
         (WORK / "base.toml").write_text(
@@ -218,7 +251,8 @@ def start_servers(wasmtime, wanted, baseline=None):
     if "nginx" in wanted:
         (WORK / "nginx-tmp").mkdir(exist_ok=True)
         (WORK / "nginx.conf").write_text(NGINX_CONF.format(
-            workers=workers, work=WORK, host=HOST, port=PORTS["nginx"], root=www))
+            workers=workers, work=WORK, host=HOST, port=PORTS["nginx"], root=www, tls_port=PORTS["nginx-tls"]))
+        tls_cert()
         servers["nginx"] = Server("nginx", ["/usr/sbin/nginx", "-c", WORK / "nginx.conf", "-p", WORK,
                                             "-g", "daemon off;"], PORTS["nginx"])
     if "limit" in wanted:
@@ -294,21 +328,27 @@ def wrk(url, conns, secs):
     return {"rps": rps, "p50": lat.get("50", 0.0), "p99": lat.get("99", 0.0), "errors": errors, "non2xx": non2xx}
 
 
+def server_of(side):
+    name = STORE_SIDES[side][0] if side in STORE_SIDES else side
+    return "nginx" if name == "nginx-tls" else name
+
+
 def port_of(side):
     return PORTS[STORE_SIDES[side][0]] if side in STORE_SIDES else PORTS[side]
 
 
-def compare(title, sides, path_for, conns_list, rounds, secs, servers):
+def compare(title, sides, path_for, conns_list, rounds, secs, servers, scheme="http"):
     """sides: list of server names; the first is swan's side."""
     rows = []
     for conns in conns_list:
         runs = {s: [] for s in sides}
         for s in sides:
-            check(f"http://{HOST}:{port_of(s)}{path_for(s)}")
+            if scheme == "http":
+                check(f"http://{HOST}:{port_of(s)}{path_for(s)}")
         for r in range(rounds):
             order = sides if r % 2 == 0 else list(reversed(sides))
             for s in order:
-                url = f"http://{HOST}:{port_of(s)}{path_for(s)}"
+                url = f"{scheme}://{HOST}:{port_of(s)}{path_for(s)}"
                 runs[s].append(wrk(url, conns, secs))
         row = {"conns": conns}
         for s in sides:
@@ -318,12 +358,132 @@ def compare(title, sides, path_for, conns_list, rounds, secs, servers):
                 "p99": statistics.median(x["p99"] for x in runs[s]),
                 "errors": sum(x["errors"] for x in runs[s]),
                 "non2xx": sum(x["non2xx"] for x in runs[s]),
-                "rss": servers[STORE_SIDES[s][0] if s in STORE_SIDES else s].rss_mib(),
+                "rss": servers[server_of(s)].rss_mib(),
                 "all": [round(x["rps"]) for x in runs[s]],
             }
         rows.append(row)
         log(f"{title} c={conns}: " + ", ".join(f"{s} {row[s]['rps']:.0f}/s" for s in sides))
     return {"title": title, "sides": sides, "rows": rows}
+
+
+def spike(servers, conns=10000):
+    """Memory per connection and after a spike: each server's RSS idle,
+    with `conns` idle keep-alive connections open (one GET each), and 3 s
+    and 10 s after they all closed."""
+    lines = [f"Memory: {conns:,} keep-alive connections, one GET /100.html each, then idle; then all closed:", "",
+             "| server | idle | with the connections | per connection | 3 s after closing | 10 s after closing | 10 s / idle |",
+             "|---|---|---|---|---|---|---|"]
+    request = b"GET /100.html HTTP/1.1\r\nHost: x\r\n\r\n"
+    for name in [n for n in ("swan", "base", "nginx") if n in servers]:
+        server, port = servers[name], PORTS[name]
+        time.sleep(2)
+        idle = server.rss_mib()
+        socks = []
+        try:
+            for _ in range(conns):
+                s = socket.create_connection((HOST, port))
+                s.sendall(request)
+                socks.append(s)
+            for s in socks:
+                got = b""
+                while b"\r\n\r\n" not in got or len(got.split(b"\r\n\r\n", 1)[1]) < 100:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+            time.sleep(2)
+            held = server.rss_mib()
+        finally:
+            for s in socks:
+                s.close()
+        time.sleep(3)
+        after3 = server.rss_mib()
+        time.sleep(7)
+        after10 = server.rss_mib()
+        lines.append(f"| {name} | {idle:.1f} MiB | {held:.1f} MiB | {(held - idle) * 1024 / conns:.1f} KiB | "
+                     f"{after3:.1f} MiB | {after10:.1f} MiB | {after10 / idle:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def tls_cert():
+    """One self-signed ECDSA P-256 certificate for both servers."""
+    tls = WORK / "tls"
+    if (tls / "cert.pem").exists():
+        return
+    tls.mkdir(exist_ok=True)
+    run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", tls / "key.pem", "-out", tls / "cert.pem", "-days", "30", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"])
+
+
+def swan_alone(name, servlets, extra=""):
+    """A swan serving only `servlets` (a folder), on the ops port."""
+    (WORK / f"{name}.toml").write_text(
+        f'[server]\nlisten = ["{HOST}:{PORTS["swan-ops"]}"]\n'
+        f'[[site]]\nroot = "{WORK / "www"}"\nservlets = "{servlets}"\n{extra}')
+    return Server(name, [ROOT / "target/release/swan", "serve", "--config", WORK / f"{name}.toml"],
+                  PORTS["swan-ops"])
+
+
+def instance_memory():
+    """Resident memory one pooled instance costs, per guest: swan's RSS
+    with 33 pre-instantiated instances minus with 1, over 32 (after a
+    request, so code and the first instance's pages are in)."""
+    guests = [("Rust native hello", ROOT / "target/example-servlets/hello.wasm"),
+              ("Rust component hello", ROOT / "benches/wasi-http-hello/target/wasm32-wasip2/release/wasi_http_hello.wasm"),
+              ("JavaScript component (componentize-js, Wizer snapshot)", ROOT / "target/example-components/hello-js.wasm"),
+              ("Python component (componentize-py, pre-initialised)", ROOT / "target/example-components/hello-python.wasm")]
+    lines = ["Resident memory per pooled instance (swan RSS with `prewarm = 33` minus `prewarm = 1`, / 32):", "",
+             "| guest | .wasm size | RSS, 1 instance | RSS, 33 instances | per instance |", "|---|---|---|---|---|"]
+    for label, wasm in guests:
+        if not wasm.exists():
+            continue
+        rss = []
+        for prewarm in (1, 33):
+            folder = WORK / f"inst-{wasm.stem}"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            shutil.copy(wasm, folder / "g.wasm")
+            server = swan_alone("inst", folder, f"[site.servlet]\nprewarm = {prewarm}\n")
+            try:
+                check(f"http://{HOST}:{PORTS['swan-ops']}/g")
+                time.sleep(4)
+                rss.append(server.rss_mib())
+            finally:
+                server.stop()
+        per = (rss[1] - rss[0]) * 1024 / 32
+        lines.append(f"| {label} | {wasm.stat().st_size / 1e6:.1f} MB | {rss[0]:.1f} MiB | {rss[1]:.1f} MiB | {per:.0f} KiB |")
+    return "\n".join(lines) + "\n"
+
+
+def stream_rss():
+    """A 1 GiB response streamed by a component: swan's RSS while it flows."""
+    wasm = ROOT / "tests/guests/faults-component/target/wasm32-wasip2/release/faults_component.wasm"
+    if not wasm.exists():
+        return ""
+    folder = WORK / "stream-servlets"
+    folder.mkdir(exist_ok=True)
+    shutil.copy(wasm, folder / "faults.wasm")
+    server = swan_alone("stream", folder, '[site.servlet]\ntimeout = "300s"\n')
+    try:
+        check(f"http://{HOST}:{PORTS['swan-ops']}/faults/ok")
+        time.sleep(2)
+        idle = server.rss_mib()
+        peak = idle
+        started = time.time()
+        curl = subprocess.Popen(["curl", "-s", "-o", "/dev/null", "-w", "%{size_download} %{http_code}",
+                                 f"http://{HOST}:{PORTS['swan-ops']}/faults/stream?n=1048576"],
+                                stdout=subprocess.PIPE, text=True)
+        while curl.poll() is None:
+            peak = max(peak, server.rss_mib())
+            time.sleep(0.1)
+        took = time.time() - started
+        size, code = (curl.stdout.read() or "0 0").split()
+    finally:
+        server.stop()
+    return (f"1 GiB streamed by a component (`/stream?n=1048576`, 64 KiB writes), one curl: status {code}, "
+            f"{int(size) / 2**30:.2f} GiB in {took:.1f} s ({int(size) / took / 2**20:.0f} MiB/s); "
+            f"swan RSS {idle:.1f} MiB idle, {peak:.1f} MiB at most while streaming (+{peak - idle:.1f} MiB).\n")
 
 
 def fmt_table(result):
@@ -367,8 +527,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="3 rounds of 2 s (under 3 minutes)")
     ap.add_argument("--rounds", type=int, help="runs per side and row (default 5, quick 3)")
     ap.add_argument("--seconds", type=int, help="seconds per run (default 5, quick 2)")
-    ap.add_argument("--only", choices=["static", "dynamic", "stores", "components", "ops"],
-                    help="run one part (stores, components and ops run only when named)")
+    ap.add_argument("--only", choices=["static", "dynamic", "stores", "components", "ops", "tls", "spike"],
+                    help="run one part (stores, components, ops, tls and spike run only when named)")
     ap.add_argument("--no-build", action="store_true", help="use what is already built")
     ap.add_argument("--connections", type=int, nargs="+", help="static rows to run (default 1 10 100 1000 10000)")
     ap.add_argument("--baseline", type=Path, help="another swan binary, measured beside this one as `base`")
@@ -398,10 +558,10 @@ def main():
     WORK.chmod(0o755)  # NGINX's workers run as another user and must read the files
     wanted = {"static": ["swan", "nginx", "limit"], "dynamic": ["swan", "wt-fresh", "wt-reuse"],
               "stores": ["swan-embedded", "swan-redis"], "components": ["swan", "wt-fresh", "wt-reuse"],
-              "ops": ["swan", "swan-ops"]}
+              "ops": ["swan", "swan-ops"], "tls": ["swan-tls", "nginx"], "spike": ["swan", "nginx"]}
     if args.baseline:
         for p in wanted:
-            if p in ("static", "dynamic"):
+            if p in ("static", "dynamic", "spike"):
                 wanted[p] = ["swan", "base"] if args.ab else ["swan", "base"] + wanted[p][1:]
     parts = [args.only] if args.only else ["static", "dynamic"]
     servers = start_servers(wasmtime, {s for p in parts for s in wanted[p]}, args.baseline)
@@ -423,12 +583,23 @@ def main():
                      "wt-reuse": "wasmtime serve (reuse 128)"}[s] for s in wanted["dynamic"][1:]),
                 wanted["dynamic"],
                 lambda s: "/hello", [1, 100, 1000], rounds, secs, servers))
+        if "spike" in parts:
+            spike_report = spike(servers, min(10000, nofile - 500))
         if "components" in parts:
             results.append(compare(
                 "wasi:http component hello: swan (fresh instance per request) vs wasmtime serve, the same .wasm",
                 ["swan-comp", "wt-fresh", "wt-reuse"],
                 lambda s: STORE_SIDES[s][1] if s in STORE_SIDES else "/", [1, 100, 1000],
                 rounds, secs, servers))
+            results.append(compare(
+                "Interpreters as components in swan (fresh instance per request): Rust vs JavaScript vs Python hello",
+                ["swan-comp", "swan-js", "swan-python"], lambda s: STORE_SIDES[s][1], [1, 100],
+                rounds, secs, servers))
+        if "tls" in parts:
+            results.append(compare(
+                "HTTPS static 100-byte file (TLS 1.3, ECDSA P-256, keep-alive; session resumption on both): swan vs NGINX",
+                ["swan-https", "nginx-https"], lambda s: STORE_SIDES[s][1], [1, 100, 1000],
+                rounds, secs, servers, scheme="https"))
         if "ops" in parts:
             for a, b, what in (("static", "static-ops", "static 100-byte file"),
                                ("hello-plain", "hello-ops", "dynamic hello")):
@@ -450,6 +621,10 @@ def main():
     report = [f"Machine: {machine()}. Command: `{cmd}` ({rounds} rounds of {secs} s per side and row, "
               f"alternating; medians; {took:.0f} s of measuring). wrk -t2 (-t1 at 1 connection), keep-alive.", ""]
     report += [fmt_table(r) for r in results]
+    if "components" in parts:
+        report += [instance_memory(), stream_rss()]
+    if "spike" in parts:
+        report += [spike_report]
     text = "\n".join(report)
     out = ROOT / "target" / "bench" / "compare.md"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -37,6 +37,7 @@ fn servlet(loader: &Loader, file: std::path::PathBuf, prewarm: u32, reuse: u32) 
                 file,
                 limits,
                 settings: Vec::new(),
+                development: false,
             },
             Tier::Optimized,
         )

@@ -209,3 +209,82 @@ fn version_help_and_completions() {
         .expect("check");
     assert!(!String::from_utf8_lossy(&check.stderr).contains('\u{1b}'));
 }
+
+/// `/deep`: traps three calls down, in named functions.
+const TRAPPING: &str = r#"(module
+  (memory (export "memory") 1)
+  (func $parse_the_order (result i32) unreachable)
+  (func $check_the_basket (result i32) (call $parse_the_order))
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (call $check_the_basket)))"#;
+
+#[test]
+fn a_trap_in_development_mode_shows_the_trap_and_a_backtrace() {
+    let dir = support::site();
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    std::fs::write(
+        dir.path().join("servlets/deep.wasm"),
+        wat::parse_str(TRAPPING).expect("wat"),
+    )
+    .expect("deep");
+    for (dev, shown) in [(true, true), (false, false)] {
+        let mut args = vec![
+            "--listen",
+            "127.0.0.1:0",
+            "--root",
+            "www",
+            "--servlets",
+            "servlets",
+        ];
+        if dev {
+            args.push("--dev");
+        }
+        let running = start(dir.path(), &args, false);
+        let reply = get(&running.urls[0], "/deep");
+        let log = stop(running.child);
+        assert!(reply.starts_with("HTTP/1.1 500"), "{reply}");
+        for needle in [
+            "trapped",
+            "unreachable",
+            "parse_the_order",
+            "check_the_basket",
+        ] {
+            assert_eq!(
+                reply.contains(needle),
+                shown,
+                "dev={dev}: {needle} in\n{reply}"
+            );
+        }
+        // The log has the trap either way.
+        assert!(log.contains("trap"), "{log}");
+    }
+}
+
+#[test]
+fn the_zig_and_go_examples_build_from_source_and_answer() {
+    let dir = support::site();
+    let servlets = dir.path().join("servlets");
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = Command::new(repo.join("examples/build-native.sh"))
+        .arg(&servlets)
+        .status()
+        .expect("run examples/build-native.sh");
+    assert!(status.success(), "examples/build-native.sh failed");
+    let running = start(
+        dir.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--root",
+            "www",
+            "--servlets",
+            "servlets",
+        ],
+        false,
+    );
+    let zig = get(&running.urls[0], "/hello-zig?name=Ada");
+    let go = get(&running.urls[0], "/hello-go?name=Ada");
+    stop(running.child);
+    assert!(zig.ends_with("Hello, Ada! (zig)\nGET /hello-zig"), "{zig}");
+    assert!(go.ends_with("Hello, Ada! (go)\nGET /hello-go"), "{go}");
+}

@@ -61,6 +61,15 @@ pub enum RequestError {
     /// A servlet trapped, broke the ABI or reported failure.
     #[error("servlet failed")]
     ServletFault,
+    /// Development mode only: a servlet trapped; the client sees the trap
+    /// and the wasm backtrace.
+    #[error("servlet {servlet} trapped")]
+    ServletTrapped {
+        /// The servlet.
+        servlet: String,
+        /// The trap and its backtrace.
+        detail: Arc<str>,
+    },
     /// Development mode only: the servlet's source failed to build.
     #[error("servlet {servlet} failed to build")]
     BuildFailed {
@@ -93,6 +102,7 @@ impl RequestError {
             }
             RequestError::ServletTimeout => StatusCode::GATEWAY_TIMEOUT,
             RequestError::ServletFault
+            | RequestError::ServletTrapped { .. }
             | RequestError::BuildFailed { .. }
             | RequestError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -103,7 +113,16 @@ impl RequestError {
     pub fn into_response(self) -> Response<Body> {
         let status = self.status();
         let mut res = match &self {
-            RequestError::BuildFailed { servlet, output } => build_failed(servlet, output),
+            RequestError::BuildFailed { servlet, output } => dev_page(
+                &format!("Servlet <code>{}</code> failed to build", escape(servlet)),
+                "swan keeps serving the previous version in production mode. Fix the source and save: it is rebuilt and deployed.",
+                output,
+            ),
+            RequestError::ServletTrapped { servlet, detail } => dev_page(
+                &format!("Servlet <code>{}</code> trapped", escape(servlet)),
+                "Development mode shows the trap and its WebAssembly backtrace (function names come from the module's name section); production answers a generic 500 and logs this with the request id.",
+                detail,
+            ),
             _ => page(status),
         };
         let headers = res.headers_mut();
@@ -158,20 +177,21 @@ fn html(status: StatusCode, page: String) -> Response<Body> {
 }
 
 /// Development mode only: the compiler's output, escaped.
-fn build_failed(servlet: &str, output: &str) -> Response<Body> {
-    let escape = |s: &str| {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
-    let (name, output) = (escape(servlet), escape(output));
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// A development-mode error page: a title, a sentence, and a tool's text.
+fn dev_page(title_html: &str, explain: &str, text: &str) -> Response<Body> {
+    let text = escape(text);
     html(
         StatusCode::INTERNAL_SERVER_ERROR,
         format!(
-            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Build failed: {name}</title>\
+            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>swan: error</title>\
              <style>body{{font:15px system-ui;margin:2rem}}pre{{background:#1d2330;color:#f3f4f8;padding:1rem;overflow:auto}}</style></head>\
-             <body><h1>Servlet <code>{name}</code> failed to build</h1><p>swan keeps serving the previous version in production mode. \
-             Fix the source and save: it is rebuilt and deployed.</p><pre>{output}</pre></body></html>\n"
+             <body><h1>{title_html}</h1><p>{explain}</p><pre>{text}</pre></body></html>\n"
         ),
     )
 }

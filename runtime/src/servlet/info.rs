@@ -17,6 +17,9 @@ pub struct ServletInfo {
     pub limits: ServletLimits,
     /// Static settings, readable through the ABI and as environment.
     pub settings: Vec<(String, String)>,
+    /// Development mode: a trap is shown to the client with its backtrace
+    /// (production answers a generic 500).
+    pub development: bool,
 }
 
 /// What a request brings besides itself.

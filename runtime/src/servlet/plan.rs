@@ -115,6 +115,7 @@ pub(crate) fn plan(site: &SiteConfig, listing: &Listing, development: bool) -> V
             file: file.to_path_buf(),
             limits,
             settings,
+            development,
         }))
     };
     for route in &site.routes {

@@ -383,6 +383,12 @@ impl Guest for ComponentGuest {
                     return Err(RequestError::ServletTimeout);
                 }
                 tracing::debug!(servlet = %self.info.name, request_id = %id, failure, "no response");
+                if self.info.development && failure.starts_with("trap") {
+                    return Err(RequestError::ServletTrapped {
+                        servlet: self.info.name.clone(),
+                        detail: failure.into(),
+                    });
+                }
                 Err(RequestError::ServletFault)
             }
         }
@@ -399,7 +405,9 @@ impl ComponentGuest {
             return format!("exited with code {}", exit.0);
         }
         match e.downcast_ref::<wasmtime::Trap>() {
-            Some(trap) => format!("trap: {trap}"),
+            // With the wasm backtrace (it goes to the log, and in
+            // development mode to the client).
+            Some(trap) => format!("trap: {trap}\n{e:?}"),
             None => format!("{e:#}"),
         }
     }

@@ -258,6 +258,12 @@ impl NativeGuest {
                 }
                 None => {
                     self.log_fault("trapped", &e, &id);
+                    if self.info.development {
+                        return Err(RequestError::ServletTrapped {
+                            servlet: self.info.name.clone(),
+                            detail: format!("{e:?}").into(),
+                        });
+                    }
                     return Err(fault(RequestError::ServletFault));
                 }
             },

@@ -13,6 +13,7 @@
 //! | `/sleep?ms=N` | blocks in a host call (a WASI clock) for N ms, then 200 |
 //! | `/big?n=N` | 200 with N bytes |
 //! | `/stream-then-trap?n=N` | sends N KiB, then traps mid-body |
+//! | `/stream?n=N` | streams N KiB in 64 KiB writes, then ends the body |
 //! | `/print?n=N` | writes N KiB to stdout, then 200 |
 //! | `/upload` | reads the request body as it comes, answers its length |
 //! | `/files` | tries to read `/etc/passwd`: 200 `denied` when it cannot |
@@ -75,6 +76,18 @@ impl wasi::exports::http::incoming_handler::Guest for Faults {
                     let _ = stream.blocking_write_and_flush(&[b's'; 1024]);
                 }
                 std::process::abort()
+            }
+            "/stream" => {
+                let Some(body) = start(out, 200) else { return };
+                let Ok(stream) = body.write() else { return };
+                let chunk = [b's'; 64 * 1024];
+                for _ in 0..n().div_ceil(64) {
+                    if stream.blocking_write_and_flush(&chunk).is_err() {
+                        return;
+                    }
+                }
+                drop(stream);
+                let _ = OutgoingBody::finish(body, None);
             }
             "/print" => {
                 let line = "p".repeat(1023);
