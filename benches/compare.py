@@ -481,7 +481,7 @@ def stream_rss():
         size, code = (curl.stdout.read() or "0 0").split()
     finally:
         server.stop()
-    return (f"1 GiB streamed by a component (`/stream?n=1048576`, 64 KiB writes), one curl: status {code}, "
+    return (f"1 GiB streamed by a component (`/stream?n=1048576`, 4 KiB writes), one curl: status {code}, "
             f"{int(size) / 2**30:.2f} GiB in {took:.1f} s ({int(size) / took / 2**20:.0f} MiB/s); "
             f"swan RSS {idle:.1f} MiB idle, {peak:.1f} MiB at most while streaming (+{peak - idle:.1f} MiB).\n")
 

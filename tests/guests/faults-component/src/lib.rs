@@ -13,7 +13,7 @@
 //! | `/sleep?ms=N` | blocks in a host call (a WASI clock) for N ms, then 200 |
 //! | `/big?n=N` | 200 with N bytes |
 //! | `/stream-then-trap?n=N` | sends N KiB, then traps mid-body |
-//! | `/stream?n=N` | streams N KiB in 64 KiB writes, then ends the body |
+//! | `/stream?n=N` | streams N KiB in 4 KiB writes (the most one blocking write takes), then ends the body |
 //! | `/print?n=N` | writes N KiB to stdout, then 200 |
 //! | `/upload` | reads the request body as it comes, answers its length |
 //! | `/files` | tries to read `/etc/passwd`: 200 `denied` when it cannot |
@@ -80,8 +80,8 @@ impl wasi::exports::http::incoming_handler::Guest for Faults {
             "/stream" => {
                 let Some(body) = start(out, 200) else { return };
                 let Ok(stream) = body.write() else { return };
-                let chunk = [b's'; 64 * 1024];
-                for _ in 0..n().div_ceil(64) {
+                let chunk = [b's'; 4096];
+                for _ in 0..n().div_ceil(4) {
                     if stream.blocking_write_and_flush(&chunk).is_err() {
                         return;
                     }
