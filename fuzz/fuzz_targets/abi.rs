@@ -77,6 +77,7 @@ fn info(file: std::path::PathBuf) -> ServletInfo {
             ..ServletLimits::default()
         },
         settings: vec![("K".to_owned(), "v".to_owned())],
+        development: false,
     }
 }
 

@@ -11,27 +11,35 @@ use swan::toolchain::Lang;
 
 static TEMPLATES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/../templates");
 
-/// Prints the languages, what each needs, and whether it is installed.
+/// Prints the languages, what each needs, and whether it is installed
+/// (to a pipe that may close early: `swan new --list | head`).
 pub(crate) fn list() {
-    println!("swan new NAME --lang LANG [--kind native|component]\n");
-    println!("{:<16} {:<10} {:<10} needs", "LANG", "KIND", "TOOLCHAIN");
+    use std::fmt::Write as _;
+    let mut out = String::from("swan new NAME --lang LANG [--kind native|component]\n\n");
+    let _ = writeln!(
+        out,
+        "{:<16} {:<10} {:<10} needs",
+        "LANG", "KIND", "TOOLCHAIN"
+    );
     for lang in Lang::ALL {
         let ok = lang.available();
-        println!(
-            "{:<16} {:<10} {:<10} {}",
+        let kind = if lang.component() {
+            "component"
+        } else {
+            "native"
+        };
+        let found = if ok { "found" } else { "missing" };
+        let _ = writeln!(
+            out,
+            "{:<16} {kind:<10} {found:<10} {}",
             lang.name(),
-            if lang.component() {
-                "component"
-            } else {
-                "native"
-            },
-            if ok { "found" } else { "missing" },
             lang.needs()
         );
         if !ok {
-            println!("{:<38} install: {}", "", lang.install_hint());
+            let _ = writeln!(out, "{:<38} install: {}", "", lang.install_hint());
         }
     }
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes());
 }
 
 /// Creates `DIR/NAME` from the language's template. `dir` is the servlets
