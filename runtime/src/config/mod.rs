@@ -175,6 +175,17 @@ mod tests {
         }
     }
 
+    /// Found by the config fuzz target: `""="{"` gave a problem with an
+    /// empty key. Keys a dotted path cannot show are quoted.
+    #[test]
+    fn empty_and_odd_keys_are_named_quoted() {
+        let text = text(parse(
+            "\"\"=\"{\"\n[server]\n\"a b\" = 1\n[[site]]\nroot = \".\"\n",
+        ));
+        assert!(text.contains("swan.toml:1:1: \"\": unknown key"), "{text}");
+        assert!(text.contains("server.\"a b\": unknown key"), "{text}");
+    }
+
     #[test]
     fn every_problem_is_reported_with_line_and_column() {
         let text = text(parse(

@@ -189,7 +189,24 @@ impl<'a, 'i> TableReader<'a, 'i> {
                 Some(k) => format!("did you mean `{k}`? known keys here: {}", known.join(", ")),
                 None => format!("known keys here: {}", known.join(", ")),
             };
-            diag.error(span.clone(), &self.key_path(key), "unknown key", Some(hint));
+            // A key a dotted path cannot show as it is (the empty key `""`,
+            // found by the config fuzz target, or one with spaces) is
+            // quoted.
+            let plain = !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            let shown = if plain {
+                key.to_string()
+            } else {
+                format!("{key:?}")
+            };
+            diag.error(
+                span.clone(),
+                &self.key_path(&shown),
+                "unknown key",
+                Some(hint),
+            );
         }
     }
 
