@@ -202,12 +202,17 @@ fn version_help_and_completions() {
             "{shell}: {text}"
         );
     }
-    // Colours only on a terminal: piped output has no escape codes.
-    let check = swan()
-        .args(["check", "--config", "/nonexistent.toml"])
-        .output()
-        .expect("check");
-    assert!(!String::from_utf8_lossy(&check.stderr).contains('\u{1b}'));
+    // Colours only on a terminal: a log written to a pipe has no escape
+    // codes (its INFO lines would be coloured on a terminal).
+    let site = support::site();
+    let running = start(
+        site.path(),
+        &["--listen", "127.0.0.1:0", "--root", "www"],
+        false,
+    );
+    let log = stop(running.child);
+    assert!(log.contains("INFO"), "{log}");
+    assert!(!log.contains('\u{1b}'), "{log:?}");
 }
 
 /// `/deep`: traps three calls down, in named functions.

@@ -7,8 +7,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use bytes::Bytes;
 use http::HeaderValue;
 use http_body::{Frame, SizeHint};
@@ -79,16 +77,13 @@ pub(crate) async fn serve<S>(
     let state = Arc::new(ConnState::new());
     let io = TokioIo::new(WatchedIo::new(stream, state.clone()));
     let svc_state = state.clone();
-    let draining = Arc::new(AtomicBool::new(false));
-    let svc_draining = draining.clone();
     let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let app = app.clone();
         let handling = Handling::start(svc_state.clone());
-        let draining = svc_draining.clone();
         async move {
             let http1 = req.version() < http::Version::HTTP_2;
             let (mut res, exchange) = app.handle(req, peer).await;
-            if http1 && draining.load(Ordering::Relaxed) {
+            if http1 && handling.draining() {
                 res.headers_mut()
                     .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
             }
@@ -107,8 +102,8 @@ pub(crate) async fn serve<S>(
     tokio::pin!(conn);
     let mut closing = false;
     let mut watchdog = Box::pin(watch(state.clone(), limits, false));
-    let linger = tokio::time::sleep(std::time::Duration::MAX);
-    tokio::pin!(linger);
+    // Armed only once the server drains: no timer per connection before.
+    let mut linger: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     loop {
         tokio::select! {
             result = conn.as_mut() => {
@@ -117,11 +112,16 @@ pub(crate) async fn serve<S>(
                 }
                 return;
             }
-            _ = shutdown.changed(), if !closing && !draining.load(Ordering::Relaxed) => {
-                draining.store(true, Ordering::Relaxed);
-                linger.as_mut().reset(tokio::time::Instant::now() + DRAIN_LINGER);
+            _ = shutdown.changed(), if !closing && linger.is_none() => {
+                state.start_draining();
+                linger = Some(Box::pin(tokio::time::sleep(DRAIN_LINGER)));
             }
-            () = &mut linger, if !closing => {
+            () = async {
+                match linger.as_mut() {
+                    Some(sleep) => sleep.await,
+                    None => std::future::pending().await,
+                }
+            }, if !closing => {
                 conn.as_mut().graceful_shutdown();
                 closing = true;
                 watchdog = Box::pin(watch(state.clone(), limits, true));

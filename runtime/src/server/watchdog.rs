@@ -105,6 +105,8 @@ pub(crate) struct ConnState {
     served: AtomicU32,
     /// Whether the connection speaks HTTP/2.
     h2: AtomicBool,
+    /// The server is draining: HTTP/1 responses say `Connection: close`.
+    draining: AtomicBool,
 }
 
 impl ConnState {
@@ -119,7 +121,13 @@ impl ConnState {
             sending: AtomicU32::new(0),
             served: AtomicU32::new(0),
             h2: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the connection draining (the server shuts down).
+    pub(crate) fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
     }
 
     /// The next deadline, and what happens when it passes.
@@ -191,6 +199,11 @@ impl Handling {
         state.head_started_ms.store(0, Ordering::Relaxed);
         state.exchange_ms.store(clock::now_ms(), Ordering::Relaxed);
         Handling(state)
+    }
+
+    /// Whether the server is draining this connection.
+    pub(crate) fn draining(&self) -> bool {
+        self.0.draining.load(Ordering::Relaxed)
     }
 
     /// The handler returned a response: its body is being sent until the
