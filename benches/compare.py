@@ -37,7 +37,8 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "swan-b
 WASMTIME_VERSION = "48.0.2"
 HOST = "127.0.0.1"
 PORTS = {"swan": 18101, "nginx": 18102, "limit": 18103, "wt-fresh": 18104, "wt-reuse": 18105, "base": 18106,
-         "swan-embedded": 18107, "swan-redis": 18108, "swan-ops": 18110, "swan-tls": 18112, "nginx-tls": 18113}
+         "swan-embedded": 18107, "swan-redis": 18108, "swan-ops": 18110, "swan-tls": 18112, "nginx-tls": 18113,
+         "swan-static": 18114, "base-static": 18115}
 REDIS_PORT = 18109
 # The stores part: each side is a servlet on one of two swan processes (the
 # `default` store embedded, or on Redis).
@@ -219,6 +220,9 @@ def start_each(wasmtime, wanted, baseline, servers):
     www.mkdir(exist_ok=True)
     (www / "100.html").write_bytes(b"x" * 100)
     (www / "1m.bin").write_bytes(os.urandom(1 << 20))
+    if not (www / "50m.bin").exists():
+        # Over swan's max_file_size here: streamed from disk, not cached.
+        (www / "50m.bin").write_bytes(os.urandom(50 << 20))
     workers = os.cpu_count() or 1
     component = ROOT / "benches/wasi-http-hello/target/wasm32-wasip2/release/wasi_http_hello.wasm"
     servlets = WORK / "swan-servlets"
@@ -239,6 +243,13 @@ def start_each(wasmtime, wanted, baseline, servers):
     if "swan" in wanted:
         servers["swan"] = Server("swan", [ROOT / "target/release/swan", "serve", "--config", WORK / "swan.toml"],
                                  PORTS["swan"])
+    for name, binary in (("swan-static", ROOT / "target/release/swan"), ("base-static", baseline)):
+        if name in wanted:
+            # Static files only: no servlets (the spike part's first goal).
+            (WORK / f"{name}.toml").write_text(
+                f'[server]\nlisten = ["{HOST}:{PORTS[name]}"]\n[[site]]\nroot = "{www}"\n'
+                '[site.cache]\nmax_file_size = "2 MiB"\n')
+            servers[name] = Server(name, [binary, "serve", "--config", WORK / f"{name}.toml"], PORTS[name])
     if "swan-ops" in wanted:
         # Same site, with the production surface on: access log to a file
         # (combined), the admin listener (metrics, health).
@@ -387,7 +398,7 @@ def spike(servers, conns=10000):
              "| server | idle | with the connections | per connection | 3 s after closing | 10 s after closing | 10 s / idle |",
              "|---|---|---|---|---|---|---|"]
     request = b"GET /100.html HTTP/1.1\r\nHost: x\r\n\r\n"
-    for name in [n for n in ("swan", "base", "nginx") if n in servers]:
+    for name in [n for n in ("swan-static", "base-static", "swan", "base", "nginx") if n in servers]:
         server, port = servers[name], PORTS[name]
         time.sleep(2)
         idle = server.rss_mib()
@@ -540,8 +551,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="3 rounds of 2 s (under 3 minutes)")
     ap.add_argument("--rounds", type=int, help="runs per side and row (default 5, quick 3)")
     ap.add_argument("--seconds", type=int, help="seconds per run (default 5, quick 2)")
-    ap.add_argument("--only", choices=["static", "dynamic", "stores", "components", "ops", "tls", "spike"],
-                    help="run one part (stores, components, ops, tls and spike run only when named)")
+    ap.add_argument("--only", choices=["static", "dynamic", "stores", "components", "ops", "tls", "spike", "large"],
+                    help="run one part (stores, components, ops, tls, spike and large run only when named)")
     ap.add_argument("--no-build", action="store_true", help="use what is already built")
     ap.add_argument("--connections", type=int, nargs="+", help="static rows to run (default 1 10 100 1000 10000)")
     ap.add_argument("--baseline", type=Path, help="another swan binary, measured beside this one as `base`")
@@ -571,10 +582,13 @@ def main():
     WORK.chmod(0o755)  # NGINX's workers run as another user and must read the files
     wanted = {"static": ["swan", "nginx", "limit"], "dynamic": ["swan", "wt-fresh", "wt-reuse"],
               "stores": ["swan-embedded", "swan-redis"], "components": ["swan", "wt-fresh", "wt-reuse"],
-              "ops": ["swan", "swan-ops"], "tls": ["swan-tls", "nginx"], "spike": ["swan", "nginx"]}
+              "ops": ["swan", "swan-ops"], "tls": ["swan-tls", "nginx"], "spike": ["swan-static", "swan", "nginx"],
+              "large": ["swan", "nginx"]}
     if args.baseline:
         for p in wanted:
-            if p in ("static", "dynamic", "spike"):
+            if p == "spike":
+                wanted[p] += ["base-static", "base"]
+            elif p in ("static", "dynamic"):
                 wanted[p] = ["swan", "base"] if args.ab else ["swan", "base"] + wanted[p][1:]
     parts = [args.only] if args.only else ["static", "dynamic"]
     servers = start_servers(wasmtime, {s for p in parts for s in wanted[p]}, args.baseline)
@@ -596,6 +610,11 @@ def main():
                      "wt-reuse": "wasmtime serve (reuse 128)"}[s] for s in wanted["dynamic"][1:]),
                 wanted["dynamic"],
                 lambda s: "/hello", [1, 100, 1000], rounds, secs, servers))
+        if "large" in parts:
+            for path, what in (("/1m.bin", "1 MiB file (swan: cached in memory)"),
+                               ("/50m.bin", "50 MB file (swan: streamed from disk)")):
+                results.append(compare(f"Large files, {what}: swan vs NGINX (sendfile on)", ["swan", "nginx"],
+                                       lambda s, p=path: p, [1, 10, 100], rounds, secs, servers))
         if "spike" in parts:
             spike_report = spike(servers, min(10000, nofile - 500))
         if "components" in parts:

@@ -249,8 +249,11 @@ impl App {
                     status,
                     bytes: 0,
                     duration: elapsed,
-                    site: Arc::from(site.config.name.as_str()),
-                    route: hit.map(|r| Arc::from(r.path.to_string())),
+                    site: site.name.clone(),
+                    route: match servlet {
+                        Some(_) => Some(counters.route.clone()),
+                        None => hit.map(|r| Arc::from(r.path.to_string())),
+                    },
                     id,
                     referer: head.referer,
                     user_agent: head.user_agent,

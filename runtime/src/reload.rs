@@ -342,6 +342,7 @@ fn tier_up(app: &App, old: &Arc<Servlet>, new: &Arc<Servlet>) {
                     cache: site.cache.clone(),
                     servlets: Arc::new(servlets),
                     counters: site.counters.clone(),
+                    name: site.name.clone(),
                 })
             }
             None => site.clone(),

@@ -23,6 +23,8 @@ pub struct Site {
     pub servlets: Arc<SiteServlets>,
     /// The counters of the site's static files, looked up on first use.
     pub counters: OnceLock<Arc<SiteCounters>>,
+    /// The site's name, shared (access log lines carry it).
+    pub name: Arc<str>,
 }
 
 impl Site {
@@ -67,6 +69,7 @@ impl Site {
             cache,
             servlets,
             counters: OnceLock::new(),
+            name: Arc::from(config.name.as_str()),
         })
     }
 }

@@ -10,6 +10,7 @@ mod hostile_files;
 mod hostile_servlets;
 mod http;
 mod outbound;
+mod parking;
 mod reload;
 mod request_id;
 mod servlets;

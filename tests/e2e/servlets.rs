@@ -171,6 +171,35 @@ async fn every_request_gets_a_fresh_instance_by_default() -> Result<()> {
 }
 
 #[tokio::test]
+async fn spent_instances_give_their_slots_back_for_the_next_requests() -> Result<()> {
+    // Two instance slots in all: one prewarmed, one in use. A spent
+    // instance is dropped after its response is out; until then it holds
+    // its slot, which the next instantiation must not find taken.
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "static home")?;
+    site.file("servlets/counter.wasm", counter())?;
+    let config = site.config(
+        "[server]\nmax_instances = 2\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nprewarm = 1\nmax_concurrency = 2\nqueue_timeout = \"5s\"\n",
+    )?;
+    let server = TestServer::start(config).await?;
+    for round in 0..30 {
+        let (a, b) = tokio::join!(server.get("/counter"), server.get("/counter"));
+        for r in [a?, b?] {
+            assert_eq!(r.status, StatusCode::OK, "round {round}: {}", r.text());
+            assert_eq!(r.text(), "1");
+        }
+        let r = server.get("/counter").await?;
+        assert_eq!(
+            (r.status, r.text()),
+            (StatusCode::OK, "1".to_owned()),
+            "round {round}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn reuse_lets_one_instance_serve_several_requests() -> Result<()> {
     let (_site, server) = start(
         &[("counter.wasm", counter())],

@@ -119,6 +119,17 @@ impl Collector for Snapshot {
         )?;
         family(
             &mut e,
+            "connections_parked",
+            "Open connections parked: idle HTTP/1 keep-alive, holding no buffers",
+            MetricType::Gauge,
+            &[(
+                vec![],
+                o.connections_parked
+                    .load(std::sync::atomic::Ordering::Relaxed) as f64,
+            )],
+        )?;
+        family(
+            &mut e,
             "connections",
             "Client connections accepted",
             MetricType::Counter,

@@ -120,6 +120,7 @@ pub(crate) fn json(app: &Arc<App>, readiness: &str) -> Value {
         "readiness": readiness,
         "listeners": app.server.listen.iter().map(|l| l.to_string()).collect::<Vec<_>>(),
         "connections_open": o.connections_open.load(std::sync::atomic::Ordering::Relaxed),
+        "connections_parked": o.connections_parked.load(std::sync::atomic::Ordering::Relaxed),
         "sites": sites,
         "stores": stores,
         "reloads": reloads,
@@ -184,12 +185,13 @@ pub(crate) fn html(status: &Value) -> String {
     let class = if readiness == "ready" { "ok" } else { "bad" };
     let _ = write!(
         h,
-        "<h1>swan {}</h1><p id=summary>Status: <b class={class} id=readiness>{}</b> · up {} s (since {}) · {} connections open · refreshes every {REFRESH_SECONDS} s · <a href=/metrics>metrics</a> · <a href=/status.json>JSON</a></p>",
+        "<h1>swan {}</h1><p id=summary>Status: <b class={class} id=readiness>{}</b> · up {} s (since {}) · {} connections open ({} idle, parked) · refreshes every {REFRESH_SECONDS} s · <a href=/metrics>metrics</a> · <a href=/status.json>JSON</a></p>",
         s(&status["version"]),
         esc(readiness),
         s(&status["uptime_seconds"]),
         s(&status["started"]),
         s(&status["connections_open"]),
+        s(&status["connections_parked"]),
     );
     h.push_str("<h2>Listeners</h2><ul id=listeners>");
     for l in status["listeners"].as_array().into_iter().flatten() {
@@ -339,7 +341,7 @@ mod tests {
     fn the_page_escapes_what_it_shows() {
         let status = json!({
             "version": "1", "readiness": "ready", "uptime_seconds": 3, "started": "x",
-            "connections_open": 0, "listeners": ["http://127.0.0.1:1/"],
+            "connections_open": 0, "connections_parked": 0, "listeners": ["http://127.0.0.1:1/"],
             "sites": [{"name": "<script>", "default": true, "hosts": [], "root": "/w", "cache": {},
                        "static_requests": 0, "servlets": [], "refused": []}],
             "stores": [], "reloads": [],

@@ -29,6 +29,10 @@ use crate::request::RequestId;
 const COMBINED_TIME: &[FormatItem<'static>] =
     format_description!("[day]/[month repr:short]/[year]:[hour]:[minute]:[second] +0000");
 
+/// `2000-10-10T13:55:36`, to which JSON lines add milliseconds and `Z`.
+const JSON_SECOND: &[FormatItem<'static>] =
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]");
+
 /// How often the writer takes the queued lines and writes them out (so a
 /// line reaches the file at most this late).
 const BATCH_EVERY: Duration = Duration::from_millis(20);
@@ -104,6 +108,7 @@ impl AccessLog {
             format: config.format,
             reopen: reopen.clone(),
             line: String::with_capacity(512),
+            clock: TimeText::default(),
         };
         std::thread::Builder::new()
             .name("swan-access-log".to_owned())
@@ -169,6 +174,40 @@ struct Writer {
     format: AccessLogFormat,
     reopen: Arc<AtomicBool>,
     line: String,
+    clock: TimeText,
+}
+
+/// A line's timestamp. The second is formatted once: a busy log writes
+/// thousands of lines per second with the same one.
+#[derive(Default)]
+struct TimeText {
+    second: Option<(i64, AccessLogFormat)>,
+    formatted: String,
+    text: String,
+}
+
+impl TimeText {
+    /// Combined: `10/Oct/2000:13:55:36 +0000`; JSON: RFC 3339 in UTC with
+    /// milliseconds, `2000-10-10T13:55:36.153Z`.
+    fn of(&mut self, time: SystemTime, format: AccessLogFormat) -> &str {
+        use std::fmt::Write as _;
+        let at = OffsetDateTime::from(time);
+        let second = at.unix_timestamp();
+        if self.second != Some((second, format)) {
+            self.formatted = match format {
+                AccessLogFormat::Combined => at.format(COMBINED_TIME),
+                AccessLogFormat::Json => at.format(JSON_SECOND),
+            }
+            .unwrap_or_default();
+            self.second = Some((second, format));
+        }
+        self.text.clear();
+        self.text.push_str(&self.formatted);
+        if format == AccessLogFormat::Json {
+            let _ = write!(self.text, ".{:03}Z", at.millisecond());
+        }
+        &self.text
+    }
 }
 
 impl Writer {
@@ -221,9 +260,10 @@ impl Writer {
 
     fn write(&mut self, e: &Entry) {
         self.line.clear();
+        let time = self.clock.of(e.time, self.format);
         match self.format {
-            AccessLogFormat::Combined => combined(&mut self.line, e),
-            AccessLogFormat::Json => json(&mut self.line, e),
+            AccessLogFormat::Combined => combined(&mut self.line, time, e),
+            AccessLogFormat::Json => json(&mut self.line, time, e),
         }
         self.line.push('\n');
         if let Err(err) = self.out.writer().write_all(self.line.as_bytes()) {
@@ -253,11 +293,17 @@ fn quoted(out: &mut String, v: Option<&[u8]>) {
 
 fn escape(out: &mut String, bytes: &[u8]) {
     use std::fmt::Write as _;
-    for &b in bytes {
-        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
+    let plain = |b: &u8| *b != b'"' && *b != b'\\' && (0x20..0x7f).contains(b);
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let run = rest.iter().position(|b| !plain(b)).unwrap_or(rest.len());
+        // Printable ASCII: valid UTF-8 as it is.
+        out.push_str(std::str::from_utf8(&rest[..run]).unwrap_or_default());
+        if let Some(b) = rest.get(run) {
             let _ = write!(out, "\\x{b:02X}");
+            rest = &rest[run + 1..];
         } else {
-            out.push(char::from(b));
+            rest = &[];
         }
     }
 }
@@ -265,11 +311,8 @@ fn escape(out: &mut String, bytes: &[u8]) {
 /// NGINX's combined format, then request time in seconds, site, route and
 /// request id:
 /// `203.0.113.7 - - [10/Oct/2000:13:55:36 +0000] "GET /a HTTP/1.1" 200 512 "-" "curl/8.0" 0.000153 main /api 4f2a`
-fn combined(out: &mut String, e: &Entry) {
+fn combined(out: &mut String, time: &str, e: &Entry) {
     use std::fmt::Write as _;
-    let time = OffsetDateTime::from(e.time)
-        .format(COMBINED_TIME)
-        .unwrap_or_default();
     let _ = write!(out, "{} - - [{time}] \"{} ", e.client.ip(), e.method);
     escape(out, e.target.as_bytes());
     let _ = write!(out, " {}\" {} {} \"", version(e.version), e.status, e.bytes);
@@ -287,14 +330,11 @@ fn combined(out: &mut String, e: &Entry) {
 }
 
 /// One JSON object per line.
-fn json(out: &mut String, e: &Entry) {
+fn json(out: &mut String, time: &str, e: &Entry) {
     let text = |v: &Option<HeaderValue>| {
         v.as_ref()
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
     };
-    let time = OffsetDateTime::from(e.time)
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default();
     let line = serde_json::json!({
         "time": time,
         "remote": e.client.ip().to_string(),
@@ -339,7 +379,11 @@ mod tests {
     fn combined_lines_look_like_nginx_and_cannot_be_forged() {
         let mut line = String::new();
         let e = entry();
-        combined(&mut line, &e);
+        combined(
+            &mut line,
+            TimeText::default().of(e.time, AccessLogFormat::Combined),
+            &e,
+        );
         assert_eq!(
             line,
             format!(
@@ -350,13 +394,49 @@ mod tests {
     }
 
     #[test]
+    fn the_timestamp_follows_the_clock_across_seconds_and_formats() {
+        let mut clock = TimeText::default();
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(971_186_136);
+        assert_eq!(
+            clock.of(t, AccessLogFormat::Combined),
+            "10/Oct/2000:13:55:36 +0000"
+        );
+        let later = t + Duration::from_millis(999);
+        assert_eq!(
+            clock.of(later, AccessLogFormat::Combined),
+            "10/Oct/2000:13:55:36 +0000"
+        );
+        assert_eq!(
+            clock.of(later, AccessLogFormat::Json),
+            "2000-10-10T13:55:36.999Z"
+        );
+        let next = t + Duration::from_secs(1);
+        assert_eq!(
+            clock.of(next, AccessLogFormat::Combined),
+            "10/Oct/2000:13:55:37 +0000"
+        );
+    }
+
+    #[test]
+    fn escaping_keeps_plain_runs_and_hex_escapes_the_rest() {
+        let mut out = String::new();
+        escape(&mut out, b"/a b\"c\\d\x01\xffe");
+        assert_eq!(out, "/a b\\x22c\\x5Cd\\x01\\xFFe");
+    }
+
+    #[test]
     fn json_lines_parse_back() {
         let mut line = String::new();
-        json(&mut line, &entry());
+        let e = entry();
+        json(
+            &mut line,
+            TimeText::default().of(e.time, AccessLogFormat::Json),
+            &e,
+        );
         let v: serde_json::Value = serde_json::from_str(&line).expect("valid JSON");
         assert_eq!(v["status"], 200);
         assert_eq!(v["path"], "/a?b=\"c\"");
-        assert_eq!(v["time"], "2000-10-10T13:55:36Z");
+        assert_eq!(v["time"], "2000-10-10T13:55:36.000Z");
         assert_eq!(v["user_agent"], "curl/8.0 \"x\"");
         assert!(v["referer"].is_null());
     }

@@ -4,6 +4,7 @@
 //! shards up.
 
 use std::cell::Cell;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -30,6 +31,9 @@ struct Shard {
 /// Requests, bytes and latency of one route (or of a site's static files).
 pub struct RouteCounters {
     shards: Box<[CachePadded<Shard>]>,
+    /// The servlet route counted (empty for a site's files), shared:
+    /// access log lines carry it.
+    pub route: Arc<str>,
 }
 
 impl std::fmt::Debug for RouteCounters {
@@ -40,10 +44,18 @@ impl std::fmt::Debug for RouteCounters {
 
 impl Default for RouteCounters {
     fn default() -> Self {
+        RouteCounters::named(Arc::from(""))
+    }
+}
+
+impl RouteCounters {
+    /// The counters of servlet route `route`.
+    pub fn named(route: Arc<str>) -> RouteCounters {
         RouteCounters {
             shards: (0..SHARDS)
                 .map(|_| CachePadded::new(Shard::default()))
                 .collect(),
+            route,
         }
     }
 }

@@ -69,6 +69,9 @@ pub struct Observe {
     routes: Mutex<HashMap<RouteKey, Arc<RouteCounters>>>,
     /// Connections open now.
     pub connections_open: AtomicI64,
+    /// Open connections parked now: idle HTTP/1 keep-alive connections
+    /// holding no HTTP connection state (and no buffers).
+    pub connections_parked: AtomicI64,
     /// Connections accepted.
     pub connections_total: Counter,
     /// Access log lines dropped because the writer could not keep up.
@@ -91,6 +94,7 @@ impl Default for Observe {
             sites: Mutex::default(),
             routes: Mutex::default(),
             connections_open: AtomicI64::new(0),
+            connections_parked: AtomicI64::new(0),
             connections_total: Counter::default(),
             access_log_dropped: Arc::default(),
             access_log: None,
@@ -135,8 +139,9 @@ impl Observe {
         let Ok(mut map) = self.routes.lock() else {
             return Arc::default();
         };
-        map.entry((Arc::from(site), Arc::from(route)))
-            .or_default()
+        let route: Arc<str> = Arc::from(route);
+        map.entry((Arc::from(site), route.clone()))
+            .or_insert_with(|| Arc::new(RouteCounters::named(route)))
             .clone()
     }
 

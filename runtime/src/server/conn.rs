@@ -1,6 +1,7 @@
-//! One connection: the hyper builder for both protocols, and serving one
-//! accepted connection under its watchdog (`watchdog`) until it closes,
-//! times out, or the server drains.
+//! One connection: the hyper builders, the service every connection runs,
+//! and serving one accepted connection under its watchdog (`watchdog`)
+//! until it closes, times out, or the server drains. HTTP/1 on plain TCP
+//! goes through `parking`, which comes back here for HTTP/2.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -11,6 +12,7 @@ use bytes::Bytes;
 use http::HeaderValue;
 use http_body::{Frame, SizeHint};
 
+use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -34,52 +36,67 @@ const MAX_CONCURRENT_STREAMS: u32 = 256;
 /// closed under a client's feet.
 const DRAIN_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Builds the hyper connection builder for these limits: HTTP/1.1 (with
-/// pipelining) and HTTP/2 with prior knowledge on the same port.
-pub(crate) fn builder(config: &ServerConfig) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(None)
-        .keep_alive(true)
-        // Copy bodies into the head's buffer and send both with one
-        // write(2) rather than a writev of several slices: measured 17-24%
-        // more requests/s at 100 and 1,000 connections (BENCHMARKS.md).
-        .writev(false)
-        .max_buf_size(config.max_header_bytes)
-        // pipeline_flush(true) would batch pipelined responses, but hyper
-        // 1.x then never flushes its automatic 400/431 for a bad head.
-        .pipeline_flush(false);
-    builder
-        .http2()
+/// The hyper connection builders for these limits.
+pub(crate) struct Builders {
+    /// HTTP/1.1 (with pipelining) and HTTP/2 with prior knowledge on the
+    /// same port, told apart by the first bytes.
+    pub(crate) auto: auto::Builder<TokioExecutor>,
+    /// HTTP/1.1 alone, for connections that are parked between requests.
+    pub(crate) http1: http1::Builder,
+}
+
+/// The HTTP/1 settings both builders share (their builder types differ,
+/// their methods do not).
+macro_rules! http1_settings {
+    ($builder:expr, $config:expr) => {
+        $builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(None)
+            .keep_alive(true)
+            // Copy bodies into the head's buffer and send both with one
+            // write(2) rather than a writev of several slices: measured
+            // 17-24% more requests/s at 100 and 1,000 connections
+            // (BENCHMARKS.md).
+            .writev(false)
+            .max_buf_size($config.max_header_bytes)
+            // pipeline_flush(true) would batch pipelined responses, but
+            // hyper 1.x then never flushes its automatic 400/431 for a bad
+            // head.
+            .pipeline_flush(false)
+    };
+}
+
+/// Builds both builders with the same HTTP/1 settings.
+pub(crate) fn builders(config: &ServerConfig) -> Builders {
+    let mut auto = auto::Builder::new(TokioExecutor::new());
+    http1_settings!(auto.http1(), config);
+    auto.http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .max_header_list_size(config.max_header_bytes as u32);
-    builder
+    let mut http1 = http1::Builder::new();
+    http1_settings!(http1, config);
+    Builders { auto, http1 }
 }
 
-/// Serves one accepted connection until it closes, times out, or the
-/// server shuts down (then gracefully).
-pub(crate) async fn serve<S>(
-    stream: S,
-    peer: Peer,
+/// The service answering one connection's requests: the app, with the
+/// connection's state kept current (handling, sending, draining).
+pub(crate) fn service(
     app: Arc<App>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    mut shutdown: watch::Receiver<bool>,
-    limits: Limits,
-    _permit: OwnedSemaphorePermit,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let remote = peer.addr;
-    let _open = OpenConnection::new(&app);
-    let state = Arc::new(ConnState::new());
-    let io = TokioIo::new(WatchedIo::new(stream, state.clone()));
-    let svc_state = state.clone();
-    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+    state: Arc<ConnState>,
+    peer: Peer,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = hyper::Response<SentBody>,
+    Error = Infallible,
+    Future = impl std::future::Future<Output = Result<hyper::Response<SentBody>, Infallible>>
+             + Send
+             + 'static,
+> + Send
++ 'static {
+    service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let app = app.clone();
-        let handling = Handling::start(svc_state.clone());
+        let handling = Handling::start(state.clone());
         async move {
             let http1 = req.version() < http::Version::HTTP_2;
             let (mut res, exchange) = app.handle(req, peer).await;
@@ -97,13 +114,54 @@ pub(crate) async fn serve<S>(
                 bytes: 0,
             }))
         }
-    });
-    let conn = builder.serve_connection(io, service);
+    })
+}
+
+/// Serves one accepted connection (TLS, or HTTP/2 with prior knowledge)
+/// until it closes, times out, or the server shuts down (then
+/// gracefully).
+pub(crate) async fn serve<S>(
+    stream: S,
+    peer: Peer,
+    app: Arc<App>,
+    builders: Arc<Builders>,
+    shutdown: watch::Receiver<bool>,
+    limits: Limits,
+    _permit: OwnedSemaphorePermit,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let _open = OpenConnection::new(&app);
+    let state = Arc::new(ConnState::new());
+    let io = WatchedIo::new(stream, state.clone());
+    let service = service(app, state.clone(), peer);
+    drive(io, service, state, peer.addr, &builders, shutdown, limits).await;
+}
+
+/// Runs one hyper connection (either protocol) to its end.
+pub(crate) async fn drive<S, Svc>(
+    io: WatchedIo<S>,
+    service: Svc,
+    state: Arc<ConnState>,
+    remote: std::net::SocketAddr,
+    builders: &Builders,
+    mut shutdown: watch::Receiver<bool>,
+    limits: Limits,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Svc: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = hyper::Response<SentBody>,
+            Error = Infallible,
+        > + Send
+        + 'static,
+    Svc::Future: Send + 'static,
+{
+    let conn = builders.auto.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let mut closing = false;
-    let mut watchdog = Box::pin(watch(state.clone(), limits, false));
-    // Armed only once the server drains: no timer per connection before.
-    let mut linger: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let mut watchdog = Box::pin(watch(state.clone(), limits, false, false));
+    let mut linger = Linger::default();
     loop {
         tokio::select! {
             result = conn.as_mut() => {
@@ -112,28 +170,20 @@ pub(crate) async fn serve<S>(
                 }
                 return;
             }
-            _ = shutdown.changed(), if !closing && linger.is_none() => {
-                state.start_draining();
-                linger = Some(Box::pin(tokio::time::sleep(DRAIN_LINGER)));
-            }
-            () = async {
-                match linger.as_mut() {
-                    Some(sleep) => sleep.await,
-                    None => std::future::pending().await,
-                }
-            }, if !closing => {
+            _ = shutdown.changed(), if !closing && !linger.started() => linger.start(&state),
+            () = linger.wait(), if !closing => {
                 conn.as_mut().graceful_shutdown();
                 closing = true;
-                watchdog = Box::pin(watch(state.clone(), limits, true));
+                watchdog = Box::pin(watch(state.clone(), limits, true, false));
             }
             verdict = &mut watchdog => match verdict {
                 Verdict::Idle if !closing => {
                     tracing::debug!(%remote, "idle: closing gracefully");
                     conn.as_mut().graceful_shutdown();
                     closing = true;
-                    watchdog = Box::pin(watch(state.clone(), limits, true));
+                    watchdog = Box::pin(watch(state.clone(), limits, true, false));
                 }
-                Verdict::Idle | Verdict::Drop => {
+                Verdict::Idle | Verdict::Drop | Verdict::Park => {
                     tracing::debug!(%remote, "connection dropped by timeout");
                     return;
                 }
@@ -142,11 +192,37 @@ pub(crate) async fn serve<S>(
     }
 }
 
+/// On shutdown: the wait for one more request on a connection (see
+/// [`DRAIN_LINGER`]). Armed only once the server drains: no timer per
+/// connection before.
+#[derive(Default)]
+pub(crate) struct Linger(Option<Pin<Box<tokio::time::Sleep>>>);
+
+impl Linger {
+    /// The server drains: responses from now on close their connection.
+    pub(crate) fn start(&mut self, state: &ConnState) {
+        state.start_draining();
+        self.0 = Some(Box::pin(tokio::time::sleep(DRAIN_LINGER)));
+    }
+
+    pub(crate) fn started(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Completes when the linger has passed; never before the drain.
+    pub(crate) async fn wait(&mut self) {
+        match self.0.as_mut() {
+            Some(sleep) => sleep.await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// Counts a connection open for as long as it lives.
-struct OpenConnection(Arc<crate::observe::Observe>);
+pub(crate) struct OpenConnection(Arc<crate::observe::Observe>);
 
 impl OpenConnection {
-    fn new(app: &App) -> OpenConnection {
+    pub(crate) fn new(app: &App) -> OpenConnection {
         let o = app.observe.clone();
         o.connections_total.add(1);
         o.connections_open
@@ -166,7 +242,7 @@ impl Drop for OpenConnection {
 /// A response body that marks its response in flight until it is sent
 /// (or dropped), and finishes its exchange (access log line, streamed
 /// bytes) then.
-struct SentBody {
+pub(crate) struct SentBody {
     inner: Body,
     _sending: Sending,
     exchange: Option<Exchange>,

@@ -11,6 +11,7 @@
 mod conn;
 pub mod handover;
 pub mod listener;
+mod parking;
 mod proxy_protocol;
 pub mod tls;
 mod watchdog;
@@ -180,7 +181,7 @@ async fn worker(
     connections: Arc<Semaphore>,
 ) {
     let tracker = TaskTracker::new();
-    let builder = Arc::new(conn::builder(&app.server));
+    let builder = Arc::new(conn::builders(&app.server));
     let limits = Limits::from_config(&app.server);
     // Connections wait on a channel of this worker's own, relayed from the
     // process-wide one: every wake-up of a connection polls its shutdown
@@ -242,7 +243,7 @@ async fn accept_loop(
     listener: tokio::net::TcpListener,
     kind: Kind,
     app: Arc<App>,
-    builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
+    builder: Arc<conn::Builders>,
     mut shutdown: watch::Receiver<bool>,
     connections: Arc<Semaphore>,
     tracker: TaskTracker,
@@ -278,7 +279,7 @@ async fn accept_loop(
         let (app, builder, shutdown) = (app.clone(), builder.clone(), shutdown.clone());
         if kind.tls.is_none() && !kind.proxy_protocol {
             let peer = Peer::direct(remote, false);
-            tracker.spawn(conn::serve(
+            tracker.spawn(parking::serve(
                 stream, peer, app, builder, shutdown, limits, permit,
             ));
         } else {
@@ -304,7 +305,7 @@ async fn handshake(
     remote: std::net::SocketAddr,
     kind: Kind,
     app: Arc<App>,
-    builder: Arc<hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>>,
+    builder: Arc<conn::Builders>,
     shutdown: watch::Receiver<bool>,
     limits: Limits,
     permit: OwnedSemaphorePermit,
@@ -321,7 +322,7 @@ async fn handshake(
         }
     }
     match kind.tls {
-        None => conn::serve(stream, peer, app, builder, shutdown, limits, permit).await,
+        None => parking::serve(stream, peer, app, builder, shutdown, limits, permit).await,
         Some(acceptor) => match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
             Ok(Ok(tls)) => {
                 conn::serve(tls, peer, app, builder, shutdown, limits, permit).await;

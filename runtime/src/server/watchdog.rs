@@ -16,7 +16,10 @@
 //!   (HTTP/2: GOAWAY). For HTTP/2 only requests count as activity, so PING
 //!   or SETTINGS traffic cannot keep an idle connection open;
 //! - a graceful close with nothing in flight that does not finish within
-//!   `header_read_timeout`: dropped.
+//!   `header_read_timeout`: dropped;
+//! - HTTP/1 on plain TCP (`park`): nothing in flight for [`PARK_AFTER_MS`]:
+//!   parked, its hyper connection (and buffers) released until the client
+//!   sends again (see `parking`).
 
 use std::io;
 use std::pin::Pin;
@@ -39,6 +42,11 @@ const STATUS_431: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\n";
 /// keeps hyper's byte counts right.
 const STATUS_414: &[u8] = b"HTTP/1.1 414 URI Too Long                   \r\n";
 
+/// How long an HTTP/1 connection on plain TCP stays idle before it is
+/// parked. Short enough that idle connections hold no buffers; long enough
+/// that a busy keep-alive connection never pays for a new hyper connection.
+pub(crate) const PARK_AFTER_MS: u64 = 500;
+
 /// Timeouts a watchdog enforces, in coarse-clock milliseconds.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
@@ -60,13 +68,21 @@ impl Limits {
 pub(crate) enum Verdict {
     /// Close gracefully.
     Idle,
+    /// Idle for [`PARK_AFTER_MS`]: release the hyper connection.
+    Park,
     /// Drop the connection now.
     Drop,
 }
 
 /// Sleeps until one of the connection's deadlines passes. `closing`: a
-/// graceful close is under way since the watchdog started.
-pub(crate) async fn watch(state: Arc<ConnState>, limits: Limits, closing: bool) -> Verdict {
+/// graceful close is under way since the watchdog started; `park`: the
+/// connection may be parked when idle.
+pub(crate) async fn watch(
+    state: Arc<ConnState>,
+    limits: Limits,
+    closing: bool,
+    park: bool,
+) -> Verdict {
     let recheck = limits
         .header_read_ms
         .min(limits.keepalive_ms)
@@ -74,7 +90,7 @@ pub(crate) async fn watch(state: Arc<ConnState>, limits: Limits, closing: bool) 
     let closing_since = clock::now_ms();
     loop {
         let now = clock::now_ms();
-        let (deadline, verdict) = state.deadline(limits, closing.then_some(closing_since));
+        let (deadline, verdict) = state.deadline(limits, closing.then_some(closing_since), park);
         if now >= deadline {
             return verdict;
         }
@@ -107,6 +123,9 @@ pub(crate) struct ConnState {
     h2: AtomicBool,
     /// The server is draining: HTTP/1 responses say `Connection: close`.
     draining: AtomicBool,
+    /// The hyper connection should end at the next request boundary
+    /// (to park the connection, or to close it when idle).
+    release: AtomicBool,
 }
 
 impl ConnState {
@@ -122,7 +141,20 @@ impl ConnState {
             served: AtomicU32::new(0),
             h2: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            release: AtomicBool::new(false),
         }
+    }
+
+    /// Asks the hyper connection to end at the next request boundary: its
+    /// next read that would wait reads end of stream instead.
+    pub(crate) fn release(&self) {
+        self.release.store(true, Ordering::Relaxed);
+    }
+
+    /// A parked connection has bytes to read: activity, so its idle time
+    /// starts again.
+    pub(crate) fn resumed(&self) {
+        self.exchange_ms.store(clock::now_ms(), Ordering::Relaxed);
     }
 
     /// Marks the connection draining (the server shuts down).
@@ -131,7 +163,7 @@ impl ConnState {
     }
 
     /// The next deadline, and what happens when it passes.
-    fn deadline(&self, limits: Limits, closing_since: Option<u64>) -> (u64, Verdict) {
+    fn deadline(&self, limits: Limits, closing_since: Option<u64>, park: bool) -> (u64, Verdict) {
         let now = clock::now_ms();
         if self.sending.load(Ordering::Relaxed) > 0 {
             let progress = self
@@ -162,6 +194,9 @@ impl ConnState {
             idle_since = idle_since
                 .max(self.read_ms.load(Ordering::Relaxed))
                 .max(self.write_ms.load(Ordering::Relaxed));
+        }
+        if park && !h2 && !self.release.load(Ordering::Relaxed) {
+            return (idle_since + PARK_AFTER_MS.min(idle_limit), Verdict::Park);
         }
         (idle_since + idle_limit, Verdict::Idle)
     }
@@ -242,6 +277,18 @@ pub(crate) struct WatchedIo<S = TcpStream> {
     started: bool,
     /// HTTP/1: whether the request line of the head being read has ended.
     line_done: bool,
+    /// Parking: whether this connection may be released between requests.
+    park: bool,
+    /// The last bytes read (up to four), to tell a request boundary.
+    tail: [u8; 4],
+    /// Whether bytes were written that have not been flushed since.
+    unflushed: bool,
+    /// Whether a read ended the hyper connection at a request boundary
+    /// (see [`ConnState::release`]), rather than the client closing.
+    released: bool,
+    /// A release that had to wait: the reader to wake once the response
+    /// is flushed.
+    retry: Option<std::task::Waker>,
 }
 
 impl<S> WatchedIo<S> {
@@ -251,6 +298,45 @@ impl<S> WatchedIo<S> {
             state,
             started: false,
             line_done: true,
+            park: false,
+            tail: *b"\r\n\r\n",
+            unflushed: false,
+            released: false,
+            retry: None,
+        }
+    }
+
+    /// Lets this connection be released between requests (HTTP/1 on plain
+    /// TCP, served with `without_shutdown` so the stream comes back).
+    pub(crate) fn parkable(mut self) -> WatchedIo<S> {
+        self.park = true;
+        self
+    }
+
+    pub(crate) fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Whether the hyper connection ended because it was released; clears
+    /// the mark for the next one.
+    pub(crate) fn take_released(&mut self) -> bool {
+        std::mem::take(&mut self.released)
+    }
+
+    /// Whether a release may end the hyper connection now: nothing in
+    /// flight, everything written flushed, and the bytes read so far end
+    /// with a complete head (so hyper holds no partial request). A request
+    /// whose body ends otherwise keeps its connection until a later one.
+    fn may_release(&self) -> bool {
+        !self.unflushed && &self.tail == b"\r\n\r\n" && !self.state.in_flight()
+    }
+
+    fn remember_tail(&mut self, new: &[u8]) {
+        if new.len() >= 4 {
+            self.tail.copy_from_slice(&new[new.len() - 4..]);
+        } else {
+            self.tail.rotate_left(new.len());
+            self.tail[4 - new.len()..].copy_from_slice(new);
         }
     }
 }
@@ -264,10 +350,26 @@ impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let result = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if result.is_pending() && this.park && this.state.release.load(Ordering::Relaxed) {
+            if this.may_release() {
+                // End of stream for hyper, which closes an idle connection
+                // cleanly; the stream itself stays open and comes back.
+                this.state.release.store(false, Ordering::Relaxed);
+                this.released = true;
+                return Poll::Ready(Ok(()));
+            }
+            // Not at a boundary yet. hyper reads again only when the
+            // socket wakes it, so the end of the response (its flush)
+            // wakes it to try again.
+            this.retry = Some(cx.waker().clone());
+        }
         if let Poll::Ready(Ok(())) = result
             && buf.filled().len() > before
         {
             let new = &buf.filled()[before..];
+            if this.park {
+                this.remember_tail(new);
+            }
             if !this.started {
                 this.started = true;
                 if new.starts_with(H2_PREFACE) {
@@ -305,6 +407,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        this.unflushed = true;
         let result = match this.precise_status(data) {
             Some(rewritten) => Pin::new(&mut this.inner).poll_write(cx, &rewritten),
             None => Pin::new(&mut this.inner).poll_write(cx, data),
@@ -319,6 +422,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        this.unflushed = true;
         let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         this.state.touch_write(&result);
         result
@@ -329,7 +433,16 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        // hyper flushes the stream only once its own buffer is written.
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_flush(cx);
+        if let Poll::Ready(Ok(())) = result {
+            this.unflushed = false;
+            if let Some(waker) = this.retry.take() {
+                waker.wake();
+            }
+        }
+        result
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -340,6 +453,24 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tail_after(chunks: &[&[u8]]) -> [u8; 4] {
+        let mut io = WatchedIo::new((), Arc::new(ConnState::new()));
+        for c in chunks {
+            io.remember_tail(c);
+        }
+        io.tail
+    }
+
+    #[test]
+    fn the_tail_is_the_last_four_bytes_read_across_chunks() {
+        assert_eq!(&tail_after(&[b"GET / HTTP/1.1\r\n\r\n"]), b"\r\n\r\n");
+        assert_eq!(&tail_after(&[b"GET / HTTP/1.1\r\n\r", b"\n"]), b"\r\n\r\n");
+        assert_eq!(&tail_after(&[b"x\r\n", b"\r", b"\n"]), b"\r\n\r\n");
+        assert_eq!(&tail_after(&[b"\r\n\r\n", b"GET"]), b"\nGET");
+        assert_eq!(&tail_after(&[b"\r\n\r\nGET / HTTP/1.1\r\nHo"]), b"\r\nHo");
+        assert_eq!(&tail_after(&[b"{\"a\":1}"]), b"\":1}");
+    }
 
     #[test]
     fn the_414_status_line_replaces_the_431_one_byte_for_byte() {

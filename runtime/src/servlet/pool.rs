@@ -10,10 +10,13 @@
 //!   request's permit; the guest gives it back when the request is really
 //!   over (for a streamed response, when its body ends), and it goes back
 //!   to the queue only if it may serve again (`reuse`). An instance that
-//!   failed is dropped, never reused.
+//!   failed is dropped, never reused;
+//! - a spent instance is dropped off the request's path too: tearing it
+//!   down (its memory slot reset) waits in [`InstancePool::spent`] until
+//!   the response is out, like the refill.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crossbeam_queue::ArrayQueue;
 use http::Response;
@@ -36,7 +39,15 @@ pub(crate) struct InstancePool<G: Guest> {
     permits: Arc<Semaphore>,
     /// Refills running right now.
     refilling: AtomicUsize,
+    /// Instances done serving, to be dropped once the response is out.
+    spent: ArrayQueue<Pooled<G::Instance>>,
+    /// Whether a task to drop the spent instances is scheduled.
+    reaping: AtomicBool,
 }
+
+/// Spent instances waiting at most to be dropped; past that the request
+/// drops its own.
+const SPENT_MAX: usize = 64;
 
 /// An instance and the requests it served.
 struct Pooled<I> {
@@ -59,6 +70,8 @@ impl<G: Guest> InstancePool<G> {
             ready: ArrayQueue::new((limits.prewarm as usize + kept_for_reuse).max(1)),
             permits: Arc::new(Semaphore::new(limits.max_concurrency as usize)),
             refilling: AtomicUsize::new(0),
+            spent: ArrayQueue::new(SPENT_MAX),
+            reaping: AtomicBool::new(false),
             info,
             stats,
         })
@@ -100,6 +113,7 @@ impl<G: Guest> InstancePool<G> {
     /// Makes one instance and queues it; false when that failed or the
     /// queue is full.
     async fn add_one(&self) -> bool {
+        self.reap();
         match self.instantiate().await {
             Ok(instance) => self
                 .ready
@@ -133,20 +147,24 @@ impl<G: Guest> InstancePool<G> {
         };
         let pooled = match self.ready.pop() {
             Some(p) => p,
-            None => match self.instantiate().await {
-                Ok(instance) => Pooled {
-                    instance,
-                    served: 0,
-                },
-                Err(GuestError::PoolFull) => {
-                    tracing::warn!(servlet = %self.info.name, request_id = %ctx.id, "no free instance slot (server.max_instances)");
-                    return Err(RequestError::ServletBusy);
+            None => {
+                // Spent instances hold slots of `server.max_instances`.
+                self.reap();
+                match self.instantiate().await {
+                    Ok(instance) => Pooled {
+                        instance,
+                        served: 0,
+                    },
+                    Err(GuestError::PoolFull) => {
+                        tracing::warn!(servlet = %self.info.name, request_id = %ctx.id, "no free instance slot (server.max_instances)");
+                        return Err(RequestError::ServletBusy);
+                    }
+                    Err(e) => {
+                        tracing::warn!(servlet = %self.info.name, request_id = %ctx.id, error = %e, "instantiation failed");
+                        return Err(RequestError::ServletFault);
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(servlet = %self.info.name, request_id = %ctx.id, error = %e, "instantiation failed");
-                    return Err(RequestError::ServletFault);
-                }
-            },
+            }
         };
         // An instance that will come back (reuse) needs no replacement.
         if pooled.served + 1 >= limits.reuse {
@@ -158,6 +176,35 @@ impl<G: Guest> InstancePool<G> {
             _permit: permit,
         };
         self.guest.handle(lease, input, ctx).await
+    }
+
+    /// Drops a spent instance after the current request's response is
+    /// out: on this worker's runtime, from a task scheduled once for
+    /// however many are waiting.
+    fn retire(self: &Arc<Self>, spent: Pooled<G::Instance>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            drop(spent);
+            return;
+        };
+        if let Err(spent) = self.spent.push(spent) {
+            drop(spent);
+            return;
+        }
+        if !self.reaping.swap(true, Ordering::AcqRel) {
+            let pool = self.clone();
+            runtime.spawn(async move {
+                tokio::task::yield_now().await;
+                pool.reaping.store(false, Ordering::Release);
+                pool.reap();
+            });
+        }
+    }
+
+    /// Drops every spent instance waiting.
+    fn reap(&self) {
+        while let Some(spent) = self.spent.pop() {
+            drop(spent);
+        }
     }
 
     /// Tops the ready queue up after an instance was taken: on this
@@ -203,7 +250,11 @@ impl<G: Guest> Lent<G::Instance> for Lease<G> {
         if let Some(mut pooled) = self.pooled.take() {
             pooled.served += 1;
             if pooled.served < self.pool.info.limits.reuse {
-                let _ = self.pool.ready.push(pooled);
+                if let Err(full) = self.pool.ready.push(pooled) {
+                    self.pool.retire(full);
+                }
+            } else {
+                self.pool.retire(pooled);
             }
         }
     }

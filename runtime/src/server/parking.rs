@@ -1,0 +1,199 @@
+//! HTTP/1 on plain TCP, parked between requests.
+//!
+//! hyper keeps a connection's read and write buffers (8 KiB and more) and
+//! its dispatcher for as long as the connection lives; ten thousand idle
+//! keep-alive connections held about 200 MiB. Here an idle connection is
+//! only its socket, its state and a timer:
+//! - a new connection gets a hyper connection once its first bytes arrive;
+//! - after [`PARK_AFTER_MS`](super::watchdog::PARK_AFTER_MS) with nothing
+//!   in flight, the watchdog asks for a release: the stream's next read
+//!   that would wait reads end of stream, which hyper takes for a client
+//!   that closed an idle connection, and hands back the stream
+//!   (`without_shutdown`);
+//! - the parked connection waits for readability on the bare socket, then
+//!   gets a new hyper connection, and the bytes are read from the socket
+//!   where they wait.
+//!
+//! A release happens only at a request boundary (see
+//! `WatchedIo::may_release`), so hyper never holds part of a request when
+//! it lets go. Timeouts and the drain behave as for any connection.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use hyper_util::rt::TokioIo;
+use tokio::io::ReadBuf;
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, watch};
+
+use super::conn::{self, Builders, Linger, OpenConnection};
+use super::watchdog::{self, ConnState, Limits, Verdict, WatchedIo};
+use crate::app::App;
+use crate::observe::Observe;
+use crate::request::Peer;
+
+/// What opens every HTTP/2 connection with prior knowledge.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Serves one plain TCP connection until it closes, times out, or the
+/// server shuts down.
+pub(crate) async fn serve(
+    stream: TcpStream,
+    peer: Peer,
+    app: Arc<App>,
+    builders: Arc<Builders>,
+    mut shutdown: watch::Receiver<bool>,
+    limits: Limits,
+    _permit: OwnedSemaphorePermit,
+) {
+    let _open = OpenConnection::new(&app);
+    let observe = app.observe.clone();
+    let state = Arc::new(ConnState::new());
+    let mut io = WatchedIo::new(stream, state.clone()).parkable();
+    let mut service = conn::service(app, state.clone(), peer);
+    let mut linger = Linger::default();
+    let mut first = true;
+    loop {
+        let parked_now = Parked::new(&observe);
+        let mut first_bytes = [0u8; H2_PREFACE.len()];
+        let Some(n) = parked(
+            &io,
+            &mut first_bytes,
+            &state,
+            &mut shutdown,
+            &mut linger,
+            limits,
+        )
+        .await
+        else {
+            return;
+        };
+        drop(parked_now);
+        state.resumed();
+        if first {
+            first = false;
+            // HTTP/2 with prior knowledge: hyper's automatic builder.
+            // HTTP/1 requests never start like its preface past a letter.
+            if n > 0 && H2_PREFACE.starts_with(&first_bytes[..n]) {
+                // Boxed: inline, hyper's connection would size every
+                // parked connection's task.
+                Box::pin(conn::drive(
+                    io, service, state, peer.addr, &builders, shutdown, limits,
+                ))
+                .await;
+                return;
+            }
+        }
+        let conn = builders
+            .http1
+            .serve_connection(TokioIo::new(io), service)
+            .without_shutdown();
+        // Boxed: the task holds a pointer while parked, not a connection.
+        let mut conn = Box::pin(conn);
+        let mut closing = false;
+        let mut watchdog = Box::pin(watchdog::watch(state.clone(), limits, false, true));
+        let ended = loop {
+            tokio::select! {
+                result = conn.as_mut() => break result,
+                _ = shutdown.changed(), if !closing && !linger.started() => linger.start(&state),
+                () = linger.wait(), if !closing => {
+                    state.release();
+                    closing = true;
+                    watchdog = Box::pin(watchdog::watch(state.clone(), limits, true, false));
+                }
+                verdict = &mut watchdog => match verdict {
+                    Verdict::Park if !closing => {
+                        state.release();
+                        watchdog = Box::pin(watchdog::watch(state.clone(), limits, false, true));
+                    }
+                    Verdict::Idle if !closing => {
+                        tracing::debug!(remote = %peer.addr, "idle: closing gracefully");
+                        state.release();
+                        closing = true;
+                        watchdog = Box::pin(watchdog::watch(state.clone(), limits, true, false));
+                    }
+                    Verdict::Idle | Verdict::Drop | Verdict::Park => {
+                        tracing::debug!(remote = %peer.addr, "connection dropped by timeout");
+                        return;
+                    }
+                },
+            }
+        };
+        match ended {
+            Ok(parts) => {
+                io = parts.io.into_inner();
+                // Released to close, or the client closed, or hyper
+                // closed (`Connection: close`, a bad request).
+                if !io.take_released() || closing {
+                    return;
+                }
+                service = parts.service;
+            }
+            Err(e) => {
+                tracing::trace!(remote = %peer.addr, error = %e, "connection ended with an error");
+                return;
+            }
+        }
+    }
+}
+
+/// Counts a connection parked for as long as it lives.
+struct Parked<'a>(&'a Observe);
+
+impl<'a> Parked<'a> {
+    fn new(observe: &'a Observe) -> Parked<'a> {
+        observe.connections_parked.fetch_add(1, Ordering::Relaxed);
+        Parked(observe)
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.connections_parked.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Waits, with no hyper connection, until the client sends (or closes):
+/// peeks at what arrived, leaving it in the socket, and says how many
+/// bytes that is. `None` when the connection is to be closed instead
+/// (timeout, drain, error).
+async fn parked(
+    io: &WatchedIo<TcpStream>,
+    first_bytes: &mut [u8],
+    state: &Arc<ConnState>,
+    shutdown: &mut watch::Receiver<bool>,
+    linger: &mut Linger,
+    limits: Limits,
+) -> Option<usize> {
+    let mut watchdog = Box::pin(watchdog::watch(state.clone(), limits, false, false));
+    loop {
+        tokio::select! {
+            // Readiness alone can be stale; a peek waits for bytes. (A
+            // poll, not `peek().await`: no waiter node in every parked
+            // connection's task.)
+            peeked = std::future::poll_fn(|cx| {
+                let mut buf = ReadBuf::new(first_bytes);
+                io.get_ref().poll_peek(cx, &mut buf)
+            }) => return peeked.ok(),
+            _ = shutdown.changed(), if !linger.started() => linger.start(state),
+            // Idle when the drain's linger ends: closed.
+            () = linger.wait() => return None,
+            _ = &mut watchdog => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::H2_PREFACE;
+
+    #[test]
+    fn no_http1_method_starts_like_the_h2_preface_past_its_first_letter() {
+        for method in [
+            "GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD", "TRACE",
+        ] {
+            let line = format!("{method} / HTTP/1.1\r\n");
+            assert!(!H2_PREFACE.starts_with(&line.as_bytes()[..2]), "{method}");
+        }
+    }
+}

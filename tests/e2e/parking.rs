@@ -1,0 +1,236 @@
+//! Idle HTTP/1 keep-alive connections are parked (no HTTP state, no
+//! buffers) and answer again as soon as the client sends; a request is
+//! never lost or cut at the park.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use swan_tests::{TestServer, TestSite, closed_within, eventually};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+
+/// Longer than the park delay (500 ms) with room for a busy machine.
+const PAST_PARK: Duration = Duration::from_millis(1500);
+
+async fn server_with(server_toml: &str) -> Result<(TestSite, TestServer)> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "hello")?;
+    site.file("www/big.bin", vec![b'x'; 4 << 20])?;
+    let config = site.config(&format!(
+        "[server]\n{server_toml}\n[[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"8 MiB\"\n"
+    ))?;
+    let server = TestServer::start(config).await?;
+    Ok((site, server))
+}
+
+fn parked(server: &TestServer) -> i64 {
+    server
+        .app()
+        .observe
+        .connections_parked
+        .load(Ordering::Relaxed)
+}
+
+/// Reads `count` complete responses (all with a Content-Length) and
+/// returns their status codes and body lengths.
+async fn responses(stream: &mut TcpStream, count: usize) -> Result<Vec<(u16, usize)>> {
+    let mut got: Vec<u8> = Vec::new();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    while out.len() < count {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).into_owned();
+            let status: u16 = head
+                .get(9..12)
+                .and_then(|s| s.parse().ok())
+                .context("status line")?;
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().ok())?
+                })
+                .context("content-length")?;
+            if got.len() >= end + 4 + length {
+                got.drain(..end + 4 + length);
+                out.push((status, length));
+                continue;
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .context("response timed out")??;
+        ensure!(n > 0, "closed after {} responses of {count}", out.len());
+        got.extend_from_slice(&buf[..n]);
+    }
+    ensure!(got.is_empty(), "unexpected bytes after the responses");
+    Ok(out)
+}
+
+#[tokio::test]
+async fn idle_keep_alive_connections_are_parked_and_answer_again() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let mut conns = Vec::new();
+    for _ in 0..20 {
+        let mut c = TcpStream::connect(server.addr()).await?;
+        c.write_all(GET).await?;
+        assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
+        conns.push(c);
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || async { parked(&server) == 20 }).await,
+        "parked: {}",
+        parked(&server)
+    );
+    // Each parked connection answers its next request, and its next
+    // pipelined three, then parks again.
+    for c in &mut conns {
+        c.write_all(GET).await?;
+        assert_eq!(responses(c, 1).await?, [(200, 5)]);
+        c.write_all(&GET.repeat(3)).await?;
+        assert_eq!(responses(c, 3).await?, [(200, 5); 3]);
+    }
+    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 20 }).await);
+    drop(conns);
+    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 0 }).await);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_parked_from_the_start() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let mut c = TcpStream::connect(server.addr()).await?;
+    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 1 }).await);
+    c.write_all(GET).await?;
+    assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_request_split_across_the_park_delay_is_answered_whole() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let mut c = TcpStream::connect(server.addr()).await?;
+    // One whole request and the start of a second: the connection holds a
+    // partial request, so it must not be parked and lose it.
+    c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHo")
+        .await?;
+    assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
+    tokio::time::sleep(PAST_PARK).await;
+    c.write_all(b"st: a\r\n\r\n").await?;
+    assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
+    // Split byte by byte around the head's end.
+    for piece in [&b"GET / HTTP/1.1\r\nHost: a\r\n\r"[..], b"\n"] {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        c.write_all(piece).await?;
+    }
+    assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_request_with_a_body_keeps_its_connection_working() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let mut c = TcpStream::connect(server.addr()).await?;
+    c.write_all(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 7\r\n\r\n{\"a\":1}")
+        .await?;
+    let first = responses(&mut c, 1).await?;
+    assert_eq!(first[0].0, 405);
+    // Not parked (hyper's buffer cannot be known empty after a body that
+    // does not end like a head)...
+    tokio::time::sleep(PAST_PARK).await;
+    assert_eq!(parked(&server), 0);
+    c.write_all(GET).await?;
+    assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
+    // ...but parked right after the next request that does.
+    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 1 }).await);
+    // Chunked, ending with the last chunk's empty line.
+    c.write_all(
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    )
+    .await?;
+    assert_eq!(responses(&mut c, 1).await?[0].0, 405);
+    tokio::time::sleep(PAST_PARK).await;
+    c.write_all(GET).await?;
+    assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_response_still_being_sent_is_never_cut_by_a_park() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let mut c = TcpStream::connect(server.addr()).await?;
+    c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await?;
+    // Read slowly: the 4 MiB stay queued in the server well past the
+    // park delay.
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 256 << 10];
+    let mut head_len = None;
+    let mut head = Vec::new();
+    let mut pauses = 0;
+    while head_len.is_none_or(|h| got < h + (4 << 20)) {
+        if pauses < 4 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            pauses += 1;
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf)).await??;
+        ensure!(n > 0, "closed after {got} bytes");
+        if head_len.is_none() {
+            head.extend_from_slice(&buf[..n]);
+            head_len = head
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .map(|p| p + 4);
+        }
+        got += n;
+    }
+    assert_eq!(got, head_len.unwrap_or(0) + (4 << 20));
+    c.write_all(GET).await?;
+    assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_parked_connection_still_times_out() -> Result<()> {
+    let (_site, server) = server_with("keepalive_timeout = \"2s\"").await?;
+    let mut c = TcpStream::connect(server.addr()).await?;
+    c.write_all(GET).await?;
+    assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
+    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 1 }).await);
+    assert!(closed_within(&mut c, Duration::from_secs(6)).await);
+    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 0 }).await);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_parked_connection_is_closed_on_shutdown_and_a_busy_one_finishes() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let mut idle = TcpStream::connect(server.addr()).await?;
+    idle.write_all(GET).await?;
+    assert_eq!(responses(&mut idle, 1).await?, [(200, 5)]);
+    let mut busy = TcpStream::connect(server.addr()).await?;
+    busy.write_all(GET).await?;
+    assert_eq!(responses(&mut busy, 1).await?, [(200, 5)]);
+    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 2 }).await);
+    let stopping = tokio::spawn(server.stop());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Within the drain's linger a parked connection still gets its
+    // answer, told to close.
+    busy.write_all(GET).await?;
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), busy.read_to_end(&mut reply)).await??;
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+    assert!(
+        reply.to_ascii_lowercase().contains("connection: close"),
+        "{reply}"
+    );
+    assert!(closed_within(&mut idle, Duration::from_secs(10)).await);
+    stopping.await??;
+    Ok(())
+}
