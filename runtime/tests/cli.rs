@@ -319,17 +319,7 @@ fn c_sources_build_when_every_path_is_relative() {
         "[server]\nmode = \"development\"\n[[site]]\nroot = \"www\"\n",
     )
     .expect("config");
-    let (child, addr) = serve_in(
-        dir.path(),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--root",
-            "www",
-            "--servlets",
-            "servlets",
-        ],
-    );
+    let (child, addr) = serve_in(dir.path(), &support::SITE_ARGS);
     let reply = get(&addr, "/rel");
     let log = stop(child);
     assert!(reply.ends_with("relative ok"), "{reply}\n{log}");

@@ -233,14 +233,7 @@ fn a_trap_in_development_mode_shows_the_trap_and_a_backtrace() {
     )
     .expect("deep");
     for (dev, shown) in [(true, true), (false, false)] {
-        let mut args = vec![
-            "--listen",
-            "127.0.0.1:0",
-            "--root",
-            "www",
-            "--servlets",
-            "servlets",
-        ];
+        let mut args = support::SITE_ARGS.to_vec();
         if dev {
             args.push("--dev");
         }
@@ -275,18 +268,7 @@ fn the_zig_and_go_examples_build_from_source_and_answer() {
         .status()
         .expect("run examples/build-native.sh");
     assert!(status.success(), "examples/build-native.sh failed");
-    let running = start(
-        dir.path(),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--root",
-            "www",
-            "--servlets",
-            "servlets",
-        ],
-        false,
-    );
+    let running = start(dir.path(), &support::SITE_ARGS, false);
     let zig = get(&running.urls[0], "/hello-zig?name=Ada");
     let go = get(&running.urls[0], "/hello-go?name=Ada");
     stop(running.child);

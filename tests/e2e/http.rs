@@ -10,7 +10,7 @@ use swan_tests::{TestServer, TestSite, closed_within, read_until_close};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-async fn server_with(server_toml: &str) -> Result<(TestSite, TestServer)> {
+pub(crate) async fn server_with(server_toml: &str) -> Result<(TestSite, TestServer)> {
     swan_tests::init_logs();
     let site = TestSite::new()?;
     site.file("www/index.html", "hello")?;

@@ -6,26 +6,16 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use swan_tests::{TestServer, TestSite, closed_within, eventually};
+use swan_tests::{TestServer, closed_within, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::http::server_with;
 
 const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
 
 /// Longer than the park delay (500 ms) with room for a busy machine.
 const PAST_PARK: Duration = Duration::from_millis(1500);
-
-async fn server_with(server_toml: &str) -> Result<(TestSite, TestServer)> {
-    swan_tests::init_logs();
-    let site = TestSite::new()?;
-    site.file("www/index.html", "hello")?;
-    site.file("www/big.bin", vec![b'x'; 4 << 20])?;
-    let config = site.config(&format!(
-        "[server]\n{server_toml}\n[[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"8 MiB\"\n"
-    ))?;
-    let server = TestServer::start(config).await?;
-    Ok((site, server))
-}
 
 fn parked(server: &TestServer) -> i64 {
     server
@@ -33,6 +23,11 @@ fn parked(server: &TestServer) -> i64 {
         .observe
         .connections_parked
         .load(Ordering::Relaxed)
+}
+
+/// Whether `n` connections are parked within a few seconds.
+async fn parks(server: &TestServer, n: i64) -> bool {
+    eventually(Duration::from_secs(5), || async { parked(server) == n }).await
 }
 
 /// Reads `count` complete responses (all with a Content-Length) and
@@ -82,11 +77,7 @@ async fn idle_keep_alive_connections_are_parked_and_answer_again() -> Result<()>
         assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
         conns.push(c);
     }
-    assert!(
-        eventually(Duration::from_secs(5), || async { parked(&server) == 20 }).await,
-        "parked: {}",
-        parked(&server)
-    );
+    assert!(parks(&server, 20).await, "parked: {}", parked(&server));
     // Each parked connection answers its next request, and its next
     // pipelined three, then parks again.
     for c in &mut conns {
@@ -95,9 +86,9 @@ async fn idle_keep_alive_connections_are_parked_and_answer_again() -> Result<()>
         c.write_all(&GET.repeat(3)).await?;
         assert_eq!(responses(c, 3).await?, [(200, 5); 3]);
     }
-    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 20 }).await);
+    assert!(parks(&server, 20).await);
     drop(conns);
-    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 0 }).await);
+    assert!(parks(&server, 0).await);
     Ok(())
 }
 
@@ -105,7 +96,7 @@ async fn idle_keep_alive_connections_are_parked_and_answer_again() -> Result<()>
 async fn a_connection_that_sends_nothing_is_parked_from_the_start() -> Result<()> {
     let (_site, server) = server_with("").await?;
     let mut c = TcpStream::connect(server.addr()).await?;
-    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 1 }).await);
+    assert!(parks(&server, 1).await);
     c.write_all(GET).await?;
     assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
     Ok(())
@@ -147,7 +138,7 @@ async fn a_request_with_a_body_keeps_its_connection_working() -> Result<()> {
     c.write_all(GET).await?;
     assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
     // ...but parked right after the next request that does.
-    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 1 }).await);
+    assert!(parks(&server, 1).await);
     // Chunked, ending with the last chunk's empty line.
     c.write_all(
         b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
@@ -201,9 +192,9 @@ async fn a_parked_connection_still_times_out() -> Result<()> {
     let mut c = TcpStream::connect(server.addr()).await?;
     c.write_all(GET).await?;
     assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
-    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 1 }).await);
+    assert!(parks(&server, 1).await);
     assert!(closed_within(&mut c, Duration::from_secs(6)).await);
-    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 0 }).await);
+    assert!(parks(&server, 0).await);
     Ok(())
 }
 
@@ -216,7 +207,7 @@ async fn a_parked_connection_is_closed_on_shutdown_and_a_busy_one_finishes() -> 
     let mut busy = TcpStream::connect(server.addr()).await?;
     busy.write_all(GET).await?;
     assert_eq!(responses(&mut busy, 1).await?, [(200, 5)]);
-    assert!(eventually(Duration::from_secs(5), || async { parked(&server) == 2 }).await);
+    assert!(parks(&server, 2).await);
     let stopping = tokio::spawn(server.stop());
     tokio::time::sleep(Duration::from_millis(200)).await;
     // Within the drain's linger a parked connection still gets its

@@ -201,11 +201,12 @@ impl TimeText {
             .unwrap_or_default();
             self.second = Some((second, format));
         }
+        if format == AccessLogFormat::Combined {
+            return &self.formatted;
+        }
         self.text.clear();
         self.text.push_str(&self.formatted);
-        if format == AccessLogFormat::Json {
-            let _ = write!(self.text, ".{:03}Z", at.millisecond());
-        }
+        let _ = write!(self.text, ".{:03}Z", at.millisecond());
         &self.text
     }
 }

@@ -117,9 +117,9 @@ pub(crate) fn service(
     })
 }
 
-/// Serves one accepted connection (TLS, or HTTP/2 with prior knowledge)
-/// until it closes, times out, or the server shuts down (then
-/// gracefully).
+/// Serves one accepted TLS connection (either protocol, by ALPN) until it
+/// closes, times out, or the server shuts down (then gracefully). Plain
+/// TCP goes through `parking`.
 pub(crate) async fn serve<S>(
     stream: S,
     peer: Peer,

@@ -10,9 +10,9 @@
 //!   that would wait reads end of stream, which hyper takes for a client
 //!   that closed an idle connection, and hands back the stream
 //!   (`without_shutdown`);
-//! - the parked connection waits for readability on the bare socket, then
-//!   gets a new hyper connection, and the bytes are read from the socket
-//!   where they wait.
+//! - the parked connection waits for bytes on the bare socket (a peek,
+//!   which leaves them there), then gets a new hyper connection, which
+//!   reads them.
 //!
 //! A release happens only at a request boundary (see
 //! `WatchedIo::may_release`), so hyper never holds part of a request when

@@ -20,6 +20,17 @@ pub(crate) fn site() -> tempfile::TempDir {
     dir
 }
 
+/// `swan serve` arguments for a site's `www` and `servlets` folders on an
+/// ephemeral port.
+pub(crate) const SITE_ARGS: [&str; 6] = [
+    "--listen",
+    "127.0.0.1:0",
+    "--root",
+    "www",
+    "--servlets",
+    "servlets",
+];
+
 /// Starts `swan serve` in `dir` with `args`; returns the child and the
 /// address from its banner.
 pub(crate) fn serve_in(dir: &std::path::Path, args: &[&str]) -> (std::process::Child, String) {
