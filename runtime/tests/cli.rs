@@ -211,6 +211,49 @@ fn serve_prints_a_banner_answers_and_exits_0_on_sigterm() {
     }
 }
 
+/// Every signal swan answers is handled from the moment the banner is out:
+/// none meets the default action (which ends the process with no drain
+/// and no log). SIGHUP, SIGUSR1 and SIGTERM are sent the instant the
+/// banner line is read, several times over.
+#[test]
+fn signals_sent_as_soon_as_the_banner_is_out_are_handled() {
+    let dir = site();
+    for round in 0..5 {
+        let (mut child, addr) = serve_in(dir.path(), &["--listen", "127.0.0.1:0", "--root", "www"]);
+        for signal in ["-HUP", "-USR1"] {
+            let sent = Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .status()
+                .expect("kill");
+            assert!(sent.success());
+        }
+        // Still serving after both (SIGUSR1 with no access log does nothing).
+        let reply = get(&addr, "/");
+        assert!(reply.ends_with("cli hello"), "round {round}: {reply}");
+        let (code, log) = {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let mut log = String::new();
+            if let Some(mut err) = child.stderr.take() {
+                let _ = err.read_to_string(&mut log);
+            }
+            (child.wait().expect("wait").code(), log)
+        };
+        assert_eq!(code, Some(0), "round {round}: {log}");
+        assert!(
+            log.contains("SIGHUP received") && log.contains("SIGTERM received"),
+            "round {round}: {log}"
+        );
+    }
+    // SIGTERM at once, with nothing in between.
+    for round in 0..5 {
+        let (child, _) = serve_in(dir.path(), &["--listen", "127.0.0.1:0", "--root", "www"]);
+        let log = stop(child);
+        assert!(log.contains("SIGTERM received"), "round {round}: {log}");
+    }
+}
+
 /// A servlet that prints a line through WASI, then traps.
 const NOISY_TRAP: &str = r#"(module
   (import "wasi_snapshot_preview1" "fd_write"

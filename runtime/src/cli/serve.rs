@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use swan::config::RuntimeModel;
 use swan::reload::{ConfigSource, Reloader};
@@ -80,14 +81,20 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         std::env::args_os().skip(1).collect(),
     )
     .context("cannot keep the listening sockets for upgrades")?;
-    print_banner(&config, &app.sites.load(), &bound, started);
-    if let Some(admin) = &admin {
-        println!("admin: http://{}/ (/livez, /readyz, /metrics)", admin.addr);
-    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
+    // Before the banner: a signal sent once the banner is out must not meet
+    // the default action, which ends the process without a drain.
+    let mut signals = {
+        let _context = runtime.enter();
+        Signals::register()
+    };
+    print_banner(&config, &app.sites.load(), &bound, started);
+    if let Some(admin) = &admin {
+        println!("admin: http://{}/ (/livez, /readyz, /metrics)", admin.addr);
+    }
     let reloader = Reloader::start(
         app.clone(),
         ConfigSource {
@@ -104,20 +111,21 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
     };
     let grace = config.server.drain_grace;
     runtime.block_on(async {
-        if let Some(r) = reloader.clone() {
-            tokio::spawn(reload_on_sighup(r));
+        if let (Some(r), Some(hup)) = (reloader.clone(), signals.hup.take()) {
+            tokio::spawn(reload_on_sighup(r, hup));
         }
-        if let Some(log) = app.observe.access_log.clone() {
-            tokio::spawn(reopen_on_sigusr1(log));
+        if let (Some(log), Some(usr1)) = (app.observe.access_log.clone(), signals.usr1.take()) {
+            tokio::spawn(reopen_on_sigusr1(log, usr1));
         }
         if let Some(report) = ready_report {
             tokio::spawn(report_when_ready(app.observe.clone(), report));
         }
         let observe = app.observe.clone();
         let shutdown = async move {
+            let mut stop = signals.stop;
             tokio::select! {
-                () = shutdown_signal() => drain_grace(&observe, grace).await,
-                () = upgrade_on_sigusr2(handover) => {
+                () = stop.recv() => drain_grace(&observe, grace, &mut stop).await,
+                () = upgrade_on_sigusr2(handover, signals.usr2) => {
                     // The successor accepts on the same sockets (admin
                     // included): stop at once, no grace needed.
                     if let Some(admin) = admin.as_mut() {
@@ -141,10 +149,8 @@ const UPGRADE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120)
 /// replaced) with this process's listening sockets, and returns once it is
 /// ready. A new process that fails changes nothing: this one keeps serving
 /// and waits for the next SIGUSR2.
-async fn upgrade_on_sigusr2(handover: Handover) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut usr2) = signal(SignalKind::user_defined2()) else {
-        tracing::warn!("cannot listen for SIGUSR2; binary upgrades are off");
+async fn upgrade_on_sigusr2(handover: Handover, usr2: Option<Signal>) {
+    let Some(mut usr2) = usr2 else {
         return std::future::pending().await;
     };
     while usr2.recv().await.is_some() {
@@ -176,14 +182,7 @@ async fn report_when_ready(observe: Arc<swan::observe::Observe>, report: ReadyRe
     tracing::info!("upgrade: took over the listening sockets; the old process drains");
 }
 
-async fn reload_on_sighup(reloader: Arc<Reloader>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::warn!(
-            "cannot listen for SIGHUP; configuration reloads only when the file changes"
-        );
-        return;
-    };
+async fn reload_on_sighup(reloader: Arc<Reloader>, mut hup: Signal) {
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP received: reading the configuration again");
         reloader.reload_config();
@@ -194,7 +193,11 @@ async fn reload_on_sighup(reloader: Arc<Reloader>) {
 /// listeners keep accepting, so that load balancers see the process
 /// leaving before connections are refused. A second signal ends the grace
 /// early.
-async fn drain_grace(observe: &swan::observe::Observe, grace: std::time::Duration) {
+async fn drain_grace(
+    observe: &swan::observe::Observe,
+    grace: std::time::Duration,
+    stop: &mut Stop,
+) {
     observe.set_readiness(swan::observe::Readiness::Draining);
     if grace.is_zero() {
         return;
@@ -205,34 +208,74 @@ async fn drain_grace(observe: &swan::observe::Observe, grace: std::time::Duratio
     );
     tokio::select! {
         _ = tokio::time::sleep(grace) => {}
-        _ = shutdown_signal() => tracing::info!("second signal: ending the grace period"),
+        () = stop.recv() => tracing::info!("second signal: ending the grace period"),
     }
 }
 
-async fn reopen_on_sigusr1(log: swan::observe::access_log::AccessLog) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut usr1) = signal(SignalKind::user_defined1()) else {
-        tracing::warn!("cannot listen for SIGUSR1; the access log is not reopened on rotation");
-        return;
-    };
+async fn reopen_on_sigusr1(log: swan::observe::access_log::AccessLog, mut usr1: Signal) {
     while usr1.recv().await.is_some() {
         tracing::info!("SIGUSR1 received: reopening the access log");
         log.reopen();
     }
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot listen for signals; stop swan with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
+/// The signals swan answers. Registered all at once, before the banner,
+/// since the default action for each of them ends the process.
+struct Signals {
+    stop: Stop,
+    hup: Option<Signal>,
+    usr1: Option<Signal>,
+    usr2: Option<Signal>,
+}
+
+impl Signals {
+    /// Needs a tokio runtime's context.
+    fn register() -> Self {
+        let listen = |kind: SignalKind, without: &str| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for a signal; {without}");
+                None
+            }
+        };
+        Signals {
+            stop: Stop {
+                term: listen(SignalKind::terminate(), "stop swan with SIGINT or SIGKILL"),
+                int: listen(SignalKind::interrupt(), "stop swan with SIGTERM or SIGKILL"),
+            },
+            hup: listen(
+                SignalKind::hangup(),
+                "the configuration reloads only when its file changes",
+            ),
+            usr1: listen(
+                SignalKind::user_defined1(),
+                "the access log is not reopened on rotation",
+            ),
+            usr2: listen(SignalKind::user_defined2(), "binary upgrades are off"),
+        }
+    }
+}
+
+/// SIGTERM or SIGINT: the first starts the drain, a second ends its grace.
+struct Stop {
+    term: Option<Signal>,
+    int: Option<Signal>,
+}
+
+impl Stop {
+    async fn recv(&mut self) {
+        async fn on(signal: &mut Option<Signal>) {
+            match signal {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = on(&mut self.term) => tracing::info!("SIGTERM received"),
+            () = on(&mut self.int) => tracing::info!("SIGINT received"),
+        }
     }
 }
 
