@@ -20,6 +20,23 @@ use tokio_util::io::ReaderStream;
 /// Size of the chunks a large file is read in.
 pub const FILE_CHUNK_BYTES: usize = 64 << 10;
 
+/// Size of the placeholder chunks of a file the connection sends itself:
+/// each is one `sendfile(2)` call at most.
+const PLACEHOLDER_BYTES: usize = 128 << 10;
+
+/// What placeholder chunks are cut from: never written to a socket, and
+/// in untouched zero pages (no memory).
+static PLACEHOLDER: [u8; PLACEHOLDER_BYTES] = [0; PLACEHOLDER_BYTES];
+
+/// Part of an open file, to be sent as it is.
+#[derive(Debug)]
+pub(crate) struct FileRange {
+    pub(crate) file: std::fs::File,
+    /// Where the part starts in the file.
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+}
+
 /// A response body.
 #[derive(Debug)]
 pub struct Body {
@@ -27,11 +44,25 @@ pub struct Body {
 }
 
 #[derive(Debug)]
+struct FileBody {
+    /// The file until its first read; then the stream reading it.
+    unread: Option<tokio::fs::File>,
+    stream: Option<ReaderStream<Take<tokio::fs::File>>>,
+    /// Where the file was positioned, and how much is left to read.
+    start: u64,
+    remaining: u64,
+}
+
+#[derive(Debug)]
 enum Kind {
     Empty,
     Full(Option<Bytes>),
-    File {
-        stream: ReaderStream<Take<tokio::fs::File>>,
+    /// Boxed: a file's state is large, and every cached response would
+    /// carry its size.
+    File(Box<FileBody>),
+    /// A file the connection sends itself: placeholder bytes for hyper to
+    /// frame and count (see `server::sendfile`).
+    Placeholder {
         remaining: u64,
     },
     Stream(UnsyncBoxBody<Bytes, io::Error>),
@@ -50,13 +81,49 @@ impl Body {
         }
     }
 
-    /// `len` bytes streamed from an already positioned file.
-    pub fn file(file: tokio::fs::File, len: u64) -> Body {
+    /// `len` bytes streamed from a file already positioned at `start`.
+    pub fn file(file: tokio::fs::File, start: u64, len: u64) -> Body {
         Body {
-            kind: Kind::File {
-                stream: ReaderStream::with_capacity(file.take(len), FILE_CHUNK_BYTES),
+            kind: Kind::File(Box::new(FileBody {
+                unread: Some(file),
+                stream: None,
+                start,
                 remaining: len,
-            },
+            })),
+        }
+    }
+
+    /// Takes the file out of a file body not yet read from, for a
+    /// connection that sends it itself; the body then yields as many
+    /// placeholder bytes, which that connection replaces with the file's.
+    pub(crate) fn take_file(&mut self) -> Option<FileRange> {
+        let Kind::File(f) = &mut self.kind else {
+            return None;
+        };
+        let FileBody {
+            unread,
+            start,
+            remaining,
+            ..
+        } = &mut **f;
+        // A file never read has no operation under way: `try_into_std`
+        // gives it back.
+        match unread.take()?.try_into_std() {
+            Ok(file) => {
+                let range = FileRange {
+                    file,
+                    offset: *start,
+                    len: *remaining,
+                };
+                self.kind = Kind::Placeholder {
+                    remaining: range.len,
+                };
+                Some(range)
+            }
+            Err(file) => {
+                *unread = Some(file);
+                None
+            }
         }
     }
 }
@@ -68,7 +135,7 @@ impl Body {
         match self.kind {
             Kind::Full(b) => b,
             Kind::Empty => Some(Bytes::new()),
-            Kind::File { .. } | Kind::Stream(_) => None,
+            Kind::File(_) | Kind::Placeholder { .. } | Kind::Stream(_) => None,
         }
     }
 }
@@ -89,7 +156,10 @@ impl Body {
     /// Whether the body is read from somewhere as it is sent (a file on
     /// disk, a guest's stream) rather than held in memory.
     pub fn is_streamed(&self) -> bool {
-        matches!(self.kind, Kind::File { .. } | Kind::Stream(_))
+        matches!(
+            self.kind,
+            Kind::File(_) | Kind::Placeholder { .. } | Kind::Stream(_)
+        )
     }
 }
 
@@ -128,18 +198,31 @@ impl http_body::Body for Body {
         match &mut self.get_mut().kind {
             Kind::Empty => Poll::Ready(None),
             Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            Kind::File { stream, remaining } => match ready!(Pin::new(stream).poll_next(cx)) {
-                Some(Ok(chunk)) => {
-                    *remaining = remaining.saturating_sub(chunk.len() as u64);
-                    Poll::Ready(Some(Ok(Frame::data(chunk))))
+            Kind::File(f) => {
+                let FileBody {
+                    unread,
+                    stream,
+                    remaining,
+                    ..
+                } = &mut **f;
+                let stream = match (stream, unread.take()) {
+                    (Some(s), _) => s,
+                    (s, Some(file)) => s.insert(ReaderStream::with_capacity(
+                        file.take(*remaining),
+                        FILE_CHUNK_BYTES,
+                    )),
+                    (None, None) => return Poll::Ready(None),
+                };
+                file_frame(ready!(Pin::new(stream).poll_next(cx)), remaining)
+            }
+            Kind::Placeholder { remaining } => {
+                if *remaining == 0 {
+                    return Poll::Ready(None);
                 }
-                Some(Err(e)) => Poll::Ready(Some(Err(e))),
-                None if *remaining > 0 => Poll::Ready(Some(Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "file shrank while it was being sent",
-                )))),
-                None => Poll::Ready(None),
-            },
+                let n = (*remaining).min(PLACEHOLDER_BYTES as u64) as usize;
+                *remaining -= n as u64;
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(&PLACEHOLDER[..n])))))
+            }
             Kind::Stream(body) => Pin::new(body).poll_frame(cx),
         }
     }
@@ -148,7 +231,8 @@ impl http_body::Body for Body {
         match &self.kind {
             Kind::Empty => true,
             Kind::Full(b) => b.is_none(),
-            Kind::File { remaining, .. } => *remaining == 0,
+            Kind::File(f) => f.remaining == 0,
+            Kind::Placeholder { remaining } => *remaining == 0,
             Kind::Stream(body) => body.is_end_stream(),
         }
     }
@@ -157,8 +241,28 @@ impl http_body::Body for Body {
         match &self.kind {
             Kind::Empty => SizeHint::with_exact(0),
             Kind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            Kind::File { remaining, .. } => SizeHint::with_exact(*remaining),
+            Kind::File(f) => SizeHint::with_exact(f.remaining),
+            Kind::Placeholder { remaining } => SizeHint::with_exact(*remaining),
             Kind::Stream(body) => body.size_hint(),
         }
     }
+}
+
+/// The frame for what a file's stream read.
+fn file_frame(
+    read: Option<io::Result<Bytes>>,
+    remaining: &mut u64,
+) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+    Poll::Ready(match read {
+        Some(Ok(chunk)) => {
+            *remaining = remaining.saturating_sub(chunk.len() as u64);
+            Some(Ok(Frame::data(chunk)))
+        }
+        Some(Err(e)) => Some(Err(e)),
+        None if *remaining > 0 => Some(Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "file shrank while it was being sent",
+        ))),
+        None => None,
+    })
 }

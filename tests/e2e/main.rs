@@ -13,6 +13,7 @@ mod outbound;
 mod parking;
 mod reload;
 mod request_id;
+mod sendfile;
 mod servlets;
 mod sources;
 mod static_files;

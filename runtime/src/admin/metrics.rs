@@ -135,6 +135,13 @@ impl Collector for Snapshot {
             MetricType::Counter,
             &[(vec![], o.connections_total.get() as f64)],
         )?;
+        family(
+            &mut e,
+            "static_sendfile",
+            "Streamed responses sent with sendfile(2), from the page cache to the socket",
+            MetricType::Counter,
+            &[(vec![], o.sendfile_responses.get() as f64)],
+        )?;
 
         // Requests: static files per site, servlet routes per route.
         let mut totals: Vec<(Labels, RouteTotals)> = Vec::new();

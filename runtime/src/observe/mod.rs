@@ -74,6 +74,8 @@ pub struct Observe {
     pub connections_parked: AtomicI64,
     /// Connections accepted.
     pub connections_total: Counter,
+    /// Streamed responses sent with `sendfile(2)` (HTTP/1 on plain TCP).
+    pub sendfile_responses: Counter,
     /// Access log lines dropped because the writer could not keep up.
     pub access_log_dropped: Arc<Counter>,
     /// The access log, when on.
@@ -96,6 +98,7 @@ impl Default for Observe {
             connections_open: AtomicI64::new(0),
             connections_parked: AtomicI64::new(0),
             connections_total: Counter::default(),
+            sendfile_responses: Counter::default(),
             access_log_dropped: Arc::default(),
             access_log: None,
             reloads_ok: Counter::default(),

@@ -96,13 +96,19 @@ pub(crate) fn service(
 + 'static {
     service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let app = app.clone();
+        let state = state.clone();
         let handling = Handling::start(state.clone());
         async move {
             let http1 = req.version() < http::Version::HTTP_2;
             let (mut res, exchange) = app.handle(req, peer).await;
-            if http1 && handling.draining() {
-                res.headers_mut()
-                    .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            if http1 {
+                if handling.draining() {
+                    res.headers_mut()
+                        .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                if state.sendfile.offer(res.body_mut()) {
+                    app.observe.sendfile_responses.add(1);
+                }
             }
             // The exchange lasts until the body is sent, not until the
             // handler returns: a slow download is in flight, not idle.
@@ -129,7 +135,7 @@ pub(crate) async fn serve<S>(
     limits: Limits,
     _permit: OwnedSemaphorePermit,
 ) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: AsyncRead + AsyncWrite + super::sendfile::Target + Unpin + Send + 'static,
 {
     let _open = OpenConnection::new(&app);
     let state = Arc::new(ConnState::new());
@@ -148,7 +154,7 @@ pub(crate) async fn drive<S, Svc>(
     mut shutdown: watch::Receiver<bool>,
     limits: Limits,
 ) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: AsyncRead + AsyncWrite + super::sendfile::Target + Unpin + Send + 'static,
     Svc: hyper::service::Service<
             hyper::Request<hyper::body::Incoming>,
             Response = hyper::Response<SentBody>,

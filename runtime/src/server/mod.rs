@@ -13,6 +13,7 @@ pub mod handover;
 pub mod listener;
 mod parking;
 mod proxy_protocol;
+mod sendfile;
 pub mod tls;
 mod watchdog;
 

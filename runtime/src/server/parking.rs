@@ -49,6 +49,7 @@ pub(crate) async fn serve(
     let _open = OpenConnection::new(&app);
     let observe = app.observe.clone();
     let state = Arc::new(ConnState::new());
+    state.sendfile.enable();
     let mut io = WatchedIo::new(stream, state.clone()).parkable();
     let mut service = conn::service(app, state.clone(), peer);
     let mut linger = Linger::default();

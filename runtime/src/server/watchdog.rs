@@ -30,6 +30,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::sendfile::{Handoff, Sender, Target};
 use crate::clock;
 use crate::config::ServerConfig;
 
@@ -126,6 +127,9 @@ pub(crate) struct ConnState {
     /// The hyper connection should end at the next request boundary
     /// (to park the connection, or to close it when idle).
     release: AtomicBool,
+    /// Files the service leaves for the stream to send itself; also
+    /// whether everything written has been flushed.
+    pub(crate) sendfile: Handoff,
 }
 
 impl ConnState {
@@ -142,6 +146,7 @@ impl ConnState {
             h2: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             release: AtomicBool::new(false),
+            sendfile: Handoff::default(),
         }
     }
 
@@ -281,8 +286,8 @@ pub(crate) struct WatchedIo<S = TcpStream> {
     park: bool,
     /// The last bytes read (up to four), to tell a request boundary.
     tail: [u8; 4],
-    /// Whether bytes were written that have not been flushed since.
-    unflushed: bool,
+    /// The response whose file is being sent (plain TCP, see `sendfile`).
+    sender: Option<Sender>,
     /// Whether a read ended the hyper connection at a request boundary
     /// (see [`ConnState::release`]), rather than the client closing.
     released: bool,
@@ -300,7 +305,7 @@ impl<S> WatchedIo<S> {
             line_done: true,
             park: false,
             tail: *b"\r\n\r\n",
-            unflushed: false,
+            sender: None,
             released: false,
             retry: None,
         }
@@ -328,7 +333,7 @@ impl<S> WatchedIo<S> {
     /// with a complete head (so hyper holds no partial request). A request
     /// whose body ends otherwise keeps its connection until a later one.
     fn may_release(&self) -> bool {
-        !self.unflushed && &self.tail == b"\r\n\r\n" && !self.state.in_flight()
+        !self.state.sendfile.unflushed() && &self.tail == b"\r\n\r\n" && !self.state.in_flight()
     }
 
     fn remember_tail(&mut self, new: &[u8]) {
@@ -400,14 +405,25 @@ impl<S> WatchedIo<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
+impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        this.unflushed = true;
+        this.state.sendfile.set_unflushed(true);
+        if this.sender.is_none() {
+            this.sender = this.state.sendfile.take();
+        }
+        if let Some(sender) = this.sender.as_mut() {
+            let result = sender.poll_write(&mut this.inner, cx, data);
+            if sender.done() || matches!(result, Poll::Ready(Err(_))) {
+                this.sender = None;
+            }
+            this.state.touch_write(&result);
+            return result;
+        }
         let result = match this.precise_status(data) {
             Some(rewritten) => Pin::new(&mut this.inner).poll_write(cx, &rewritten),
             None => Pin::new(&mut this.inner).poll_write(cx, data),
@@ -422,7 +438,15 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        this.unflushed = true;
+        if this.sender.is_some() || this.state.sendfile.offered() {
+            // Not with hyper's settings (`writev(false)`); correct anyway.
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &**b);
+            return Pin::new(this).poll_write(cx, first);
+        }
+        this.state.sendfile.set_unflushed(true);
         let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         this.state.touch_write(&result);
         result
@@ -437,7 +461,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
         let this = self.get_mut();
         let result = Pin::new(&mut this.inner).poll_flush(cx);
         if let Poll::Ready(Ok(())) = result {
-            this.unflushed = false;
+            this.state.sendfile.set_unflushed(false);
             if let Some(waker) = this.retry.take() {
                 waker.wake();
             }

@@ -152,7 +152,7 @@ async fn from_disk<B>(
                 .await
                 .map_err(|_| RequestError::Internal)?;
         }
-        Body::file(opened, len)
+        Body::file(opened, start, len)
     };
     Ok(match partial_range {
         Some((s, e)) => partial(rep, s, e, body),

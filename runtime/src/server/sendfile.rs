@@ -1,0 +1,226 @@
+//! Files sent with `sendfile(2)` on plain TCP: the kernel copies from the
+//! page cache to the socket, with no read into user space and no copy
+//! through hyper's buffer.
+//!
+//! hyper still frames the response: the body becomes placeholder bytes
+//! (see `Body::take_file`), so hyper writes the head with the right
+//! `Content-Length`, counts the body and keeps the connection's state as
+//! for any response. The connection's stream ([`WatchedIo`]) lets the head
+//! through, then, for each placeholder byte hyper writes, sends one byte of
+//! the file instead; the placeholders never reach the socket.
+//!
+//! The stream can tell where the head ends only if hyper had nothing else
+//! left to write when the response was offered: a response offered while
+//! an earlier one is still being written (pipelining) is read from the
+//! file as usual.
+//!
+//! [`WatchedIo`]: super::watchdog::WatchedIo
+
+use std::io;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncWrite, Interest};
+use tokio::net::TcpStream;
+
+use crate::body::{Body, FileRange};
+
+/// A stream `sendfile(2)` may write to.
+pub(crate) trait Target {
+    /// Sends up to `count` bytes of `file` from `offset`; the number sent.
+    fn poll_sendfile(
+        &self,
+        _cx: &mut Context<'_>,
+        _file: &std::fs::File,
+        _offset: u64,
+        _count: usize,
+    ) -> Poll<io::Result<usize>> {
+        Poll::Ready(Err(io::Error::from(io::ErrorKind::Unsupported)))
+    }
+}
+
+impl Target for TcpStream {
+    fn poll_sendfile(
+        &self,
+        cx: &mut Context<'_>,
+        file: &std::fs::File,
+        offset: u64,
+        count: usize,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.poll_write_ready(cx))?;
+            let sent = self.try_io(Interest::WRITABLE, || {
+                let mut at = offset;
+                rustix::fs::sendfile(self, file, Some(&mut at), count).map_err(io::Error::from)
+            });
+            match sent {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+}
+
+// TLS encrypts in user space: never offered a file (see `Handoff::enable`).
+impl<S> Target for tokio_rustls::server::TlsStream<S> {}
+
+#[cfg(test)]
+impl Target for () {}
+
+/// Where a connection's service leaves a file for its stream to send.
+#[derive(Debug, Default)]
+pub(crate) struct Handoff {
+    /// Plain TCP: the stream can send files.
+    enabled: AtomicBool,
+    /// Whether `slot` holds a file (read on every write, locked only then).
+    offered: AtomicBool,
+    slot: Mutex<Option<FileRange>>,
+    /// Bytes were written that have not been flushed since: hyper may
+    /// still hold an earlier response.
+    unflushed: AtomicBool,
+}
+
+impl Handoff {
+    /// The connection's stream is plain TCP.
+    pub(crate) fn enable(&self) {
+        self.enabled.store(true, Ordering::Relaxed);
+    }
+
+    /// An HTTP/1 response about to be written: when its body is a file and
+    /// nothing else is waiting to be written, the stream sends the file
+    /// (true).
+    pub(crate) fn offer(&self, body: &mut Body) -> bool {
+        if !self.enabled.load(Ordering::Relaxed) || self.unflushed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Ok(mut slot) = self.slot.lock() else {
+            return false;
+        };
+        let Some(range) = body.take_file() else {
+            return false;
+        };
+        *slot = Some(range);
+        self.offered.store(true, Ordering::Relaxed);
+        true
+    }
+
+    /// Whether a file waits for the next response's head.
+    pub(crate) fn offered(&self) -> bool {
+        self.offered.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn unflushed(&self) -> bool {
+        self.unflushed.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_unflushed(&self, unflushed: bool) {
+        self.unflushed.store(unflushed, Ordering::Relaxed);
+    }
+
+    /// The file offered for the next response, if any.
+    pub(crate) fn take(&self) -> Option<Sender> {
+        if !self.offered.swap(false, Ordering::Relaxed) {
+            return None;
+        }
+        let range = self.slot.lock().ok()?.take()?;
+        Some(Sender {
+            left: range.len,
+            range,
+            head: Head::Reading(0),
+        })
+    }
+}
+
+/// `\r\n\r\n`, which ends a response head.
+const HEAD_END: &[u8; 4] = b"\r\n\r\n";
+
+enum Head {
+    /// How many bytes of [`HEAD_END`] the bytes written so far end with.
+    Reading(usize),
+    Done,
+}
+
+/// One response's writes: the head as hyper wrote it, then the file in
+/// place of the placeholders.
+pub(crate) struct Sender {
+    range: FileRange,
+    /// Placeholder bytes not yet replaced.
+    left: u64,
+    head: Head,
+}
+
+impl Sender {
+    /// Whether the whole file has been sent.
+    pub(crate) fn done(&self) -> bool {
+        self.left == 0
+    }
+
+    /// Writes `data`, or part of it: bytes of the head go to the stream,
+    /// placeholders are replaced by the file.
+    pub(crate) fn poll_write<S: AsyncWrite + Target + Unpin>(
+        &mut self,
+        stream: &mut S,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.head {
+            Head::Reading(matched) => {
+                let (upto, _) = scan(matched, data);
+                let n = ready!(std::pin::Pin::new(stream).poll_write(cx, &data[..upto]))?;
+                self.head = match scan(matched, &data[..n]) {
+                    (_, 4) => Head::Done,
+                    (_, m) => Head::Reading(m),
+                };
+                Poll::Ready(Ok(n))
+            }
+            Head::Done => {
+                let count = self.left.min(data.len() as u64) as usize;
+                let file = &self.range.file;
+                let n = ready!(stream.poll_sendfile(cx, file, self.range.offset, count))?;
+                if n == 0 && count > 0 {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "file shrank while it was being sent",
+                    )));
+                }
+                self.range.offset += n as u64;
+                self.left -= n as u64;
+                Poll::Ready(Ok(n))
+            }
+        }
+    }
+}
+
+/// Follows `data` from `matched` bytes of [`HEAD_END`]: how many bytes of
+/// `data` belong to the head (all of them when it does not end there), and
+/// how many bytes of [`HEAD_END`] they end with (4: the head ended).
+fn scan(mut matched: usize, data: &[u8]) -> (usize, usize) {
+    for (i, &b) in data.iter().enumerate() {
+        matched = if b == HEAD_END[matched] {
+            matched + 1
+        } else {
+            usize::from(b == b'\r')
+        };
+        if matched == 4 {
+            return (i + 1, 4);
+        }
+    }
+    (data.len(), matched)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scan;
+
+    #[test]
+    fn the_head_ends_at_the_first_blank_line_however_it_is_split() {
+        assert_eq!(scan(0, b"HTTP/1.1 200 OK\r\na: b\r\n\r\n\0\0\0"), (25, 4));
+        assert_eq!(scan(0, b"HTTP/1.1 200 OK\r\n"), (17, 2));
+        assert_eq!(scan(2, b"\r\n\0"), (2, 4));
+        assert_eq!(scan(3, b"\n"), (1, 4));
+        assert_eq!(scan(1, b"\r\n\r\n"), (4, 4));
+        assert_eq!(scan(0, b"\r\n\r\r\n\r\n"), (7, 4));
+        assert_eq!(scan(0, b"a\r\nb\r\n"), (6, 2));
+    }
+}

@@ -1,0 +1,327 @@
+//! Streamed files on plain HTTP/1 go out with `sendfile(2)`: every size
+//! and range arrives byte for byte, pipelined responses stay in order, and
+//! a file that shrinks or a client that stops reading ends the connection,
+//! never with a response that looks complete.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use swan_tests::{TestServer, TestSite};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// One placeholder chunk (`body::PLACEHOLDER_BYTES`): sizes and ranges
+/// around it cross the chunk edges.
+const CHUNK: usize = 128 << 10;
+
+/// Bytes that differ at every offset (a shifted copy would show).
+fn contents(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+const SIZES: [usize; 7] = [
+    16 * 1024 + 1,
+    CHUNK - 1,
+    CHUNK,
+    CHUNK + 1,
+    3 * CHUNK + 7,
+    2_000_003,
+    5 << 20,
+];
+
+fn sent_by_kernel(server: &TestServer) -> u64 {
+    server.app().observe.sendfile_responses.get()
+}
+
+async fn server(site: &TestSite, extra: &str) -> Result<TestServer> {
+    let config = site.config(&format!(
+        "[server]\n{extra}\n[[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"16 KiB\"\n"
+    ))?;
+    TestServer::start(config).await
+}
+
+/// `(first, last)` byte ranges that start, end and cross chunk edges,
+/// and the `Range` header for each.
+fn ranges(len: usize) -> Vec<(String, usize, usize)> {
+    let mut out = vec![
+        ("bytes=0-0".to_owned(), 0, 0),
+        (format!("bytes={}-{}", len - 1, len - 1), len - 1, len - 1),
+        ("bytes=-1000".to_owned(), len - 1000, len - 1),
+        ("bytes=1000-".to_owned(), 1000, len - 1),
+    ];
+    if len > CHUNK + 5 {
+        out.push((
+            format!("bytes={}-{}", CHUNK - 3, CHUNK + 5),
+            CHUNK - 3,
+            CHUNK + 5,
+        ));
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_size_and_range_arrives_whole_through_sendfile() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/small.txt", "cached")?;
+    for (i, len) in SIZES.iter().enumerate() {
+        site.file(&format!("www/f{i}.bin"), contents(*len, i as u32))?;
+    }
+    let server = server(&site, "").await?;
+    let mut expected_sends = 0;
+    for (i, len) in SIZES.iter().enumerate() {
+        let want = contents(*len, i as u32);
+        let path = format!("/f{i}.bin");
+        let r = server.get(&path).await?;
+        assert_eq!(r.status, StatusCode::OK, "{path}");
+        assert_eq!(r.header("content-length"), len.to_string());
+        assert!(r.body[..] == want[..], "{path}: body differs");
+        expected_sends += 1;
+        for (range, first, last) in ranges(*len) {
+            let r = server.get_with(&path, &[("range", &range)]).await?;
+            assert_eq!(r.status, StatusCode::PARTIAL_CONTENT, "{path} {range}");
+            assert_eq!(
+                r.header("content-range"),
+                format!("bytes {first}-{last}/{len}")
+            );
+            assert!(r.body[..] == want[first..=last], "{path} {range}");
+            expected_sends += 1;
+        }
+        // No body: nothing for sendfile.
+        let head = server
+            .send(Request::head(server.url(&path)).body(Full::default())?)
+            .await?;
+        assert_eq!(head.header("content-length"), len.to_string());
+        assert!(head.body.is_empty());
+        let etag = r.header("etag").to_owned();
+        let r = server.get_with(&path, &[("if-none-match", &etag)]).await?;
+        assert_eq!(r.status, StatusCode::NOT_MODIFIED);
+        assert!(r.body.is_empty());
+        // A cached file between two streamed ones on the same connection.
+        assert_eq!(server.get("/small.txt").await?.text(), "cached");
+    }
+    assert_eq!(sent_by_kernel(&server), expected_sends);
+    // HTTP/2 is framed by hyper: read and copied as before, same bytes.
+    for (i, len) in SIZES.iter().enumerate() {
+        let r = server
+            .send_h2(
+                Request::get(server.url(&format!("/f{i}.bin"))).body(Full::<Bytes>::default())?,
+            )
+            .await?;
+        assert!(r.body[..] == contents(*len, i as u32)[..], "h2 f{i}");
+    }
+    assert_eq!(sent_by_kernel(&server), expected_sends);
+    Ok(())
+}
+
+/// Reads one response with a Content-Length from `buffered` + `stream`;
+/// returns its head and body.
+async fn response(stream: &mut TcpStream, buffered: &mut Vec<u8>) -> Result<(String, Vec<u8>)> {
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        if let Some(end) = buffered.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buffered[..end]).into_owned();
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().ok())?
+                })
+                .context("content-length")?;
+            let body_len = if head.starts_with("HTTP/1.1 304") {
+                0
+            } else {
+                length
+            };
+            if buffered.len() >= end + 4 + body_len {
+                let body = buffered[end + 4..end + 4 + body_len].to_vec();
+                buffered.drain(..end + 4 + body_len);
+                return Ok((head, body));
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buf))
+            .await
+            .context("no response in time")??;
+        ensure!(n > 0, "closed after {} bytes", buffered.len());
+        buffered.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[tokio::test]
+async fn pipelined_and_parked_connections_keep_every_response_in_order() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    let big = contents(3 * CHUNK + 7, 7);
+    let other = contents(2_000_003, 8);
+    site.file("www/big.bin", &big)?;
+    site.file("www/other.bin", &other)?;
+    site.file("www/small.txt", "cached")?;
+    let server = server(&site, "").await?;
+    let mut stream = TcpStream::connect(server.addr()).await?;
+    let requests: Vec<(&str, &str, Vec<u8>)> = vec![
+        ("/big.bin", "", big.clone()),
+        ("/small.txt", "", b"cached".to_vec()),
+        (
+            "/other.bin",
+            "Range: bytes=5-100004\r\n",
+            other[5..100_005].to_vec(),
+        ),
+        ("/big.bin", "", big.clone()),
+        ("/other.bin", "", other.clone()),
+        ("/small.txt", "", b"cached".to_vec()),
+    ];
+    for round in 0..3 {
+        let mut all = Vec::new();
+        for (path, extra, _) in &requests {
+            all.extend_from_slice(
+                format!("GET {path} HTTP/1.1\r\nHost: a\r\n{extra}\r\n").as_bytes(),
+            );
+        }
+        // Sent whole (pipelined), or one by one.
+        if round == 1 {
+            let mut buffered = Vec::new();
+            for (path, extra, want) in &requests {
+                stream
+                    .write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\n{extra}\r\n").as_bytes())
+                    .await?;
+                let (head, body) = response(&mut stream, &mut buffered).await?;
+                assert!(body == *want, "round {round} {path}: {head}");
+            }
+        } else {
+            stream.write_all(&all).await?;
+            let mut buffered = Vec::new();
+            for (path, _, want) in &requests {
+                let (head, body) = response(&mut stream, &mut buffered).await?;
+                assert!(body == *want, "round {round} {path}: {head}");
+            }
+            assert!(buffered.is_empty());
+        }
+        // Parked between rounds: the next round resumes it.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+    }
+    ensure!(sent_by_kernel(&server) > 0, "no response went by sendfile");
+    // A client slow to start reading pipelined requests: the socket is
+    // full while later requests are answered. Cached bodies holding a
+    // blank line (what ends a head) sit between the files.
+    let huge = contents(24 << 20, 9);
+    site.file("www/huge.bin", &huge)?;
+    site.file("www/blank.txt", "a\r\n\r\nb")?;
+    let server = crate::sendfile::server(&site, "").await?;
+    let mut stream = TcpStream::connect(server.addr()).await?;
+    let mut all = Vec::new();
+    for path in [
+        "/huge.bin",
+        "/blank.txt",
+        "/big.bin",
+        "/blank.txt",
+        "/huge.bin",
+    ] {
+        all.extend_from_slice(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes());
+    }
+    stream.write_all(&all).await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut buffered = Vec::new();
+    for (path, want) in [
+        ("/huge.bin", &huge[..]),
+        ("/blank.txt", b"a\r\n\r\nb"),
+        ("/big.bin", &big[..]),
+        ("/blank.txt", b"a\r\n\r\nb"),
+        ("/huge.bin", &huge[..]),
+    ] {
+        let (head, body) = response(&mut stream, &mut buffered).await?;
+        assert!(body == want, "slow start {path}: {head}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_file_that_shrinks_while_it_is_sent_ends_the_connection_short() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    let len = 64usize << 20;
+    let path = site.file("www/huge.bin", contents(len, 3))?;
+    let server = server(&site, "").await?;
+    let mut stream = TcpStream::connect(server.addr()).await?;
+    stream
+        .write_all(b"GET /huge.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await?;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    while got.len() < 100_000 {
+        let n = stream.read(&mut buf).await?;
+        ensure!(n > 0, "closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    ensure!(sent_by_kernel(&server) == 1, "not sent by sendfile");
+    // Cut in place (the same inode): the kernel has no more to send.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)?
+        .set_len(1 << 20)?;
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    ensure!(ended.is_ok(), "the connection stayed open");
+    let head_end = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("head")?;
+    let body = got.len() - head_end - 4;
+    ensure!(body < len, "a shrunk file was sent whole ({body} bytes)");
+    // What did arrive is the file's start.
+    let want = contents(body.min(1 << 20), 3);
+    ensure!(got[head_end + 4..head_end + 4 + want.len()] == want[..]);
+    // The server is fine.
+    assert_eq!(server.get("/huge.bin").await?.body.len(), 1 << 20);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_a_sendfile_response_is_dropped() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    let len = 64usize << 20;
+    site.file("www/huge.bin", contents(len, 4))?;
+    let server = server(&site, "send_timeout = \"1s\"").await?;
+    let mut stream = TcpStream::connect(server.addr()).await?;
+    stream
+        .write_all(b"GET /huge.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await?;
+    // Read nothing for a while: the socket fills, sendfile waits, and the
+    // send timeout passes.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 256 << 10];
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got += n,
+            }
+        }
+    })
+    .await;
+    ensure!(ended.is_ok(), "the stalled connection was not dropped");
+    ensure!(got < len, "the whole file arrived ({got} bytes)");
+    ensure!(sent_by_kernel(&server) == 1, "not sent by sendfile");
+    assert_eq!(server.get("/huge.bin").await?.body.len(), len);
+    Ok(())
+}
