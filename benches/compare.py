@@ -590,6 +590,8 @@ def main():
                 wanted[p] += ["base-static", "base"]
             elif p in ("static", "dynamic"):
                 wanted[p] = ["swan", "base"] if args.ab else ["swan", "base"] + wanted[p][1:]
+            elif p == "large":
+                wanted[p] = ["swan", "base", "nginx"]
     parts = [args.only] if args.only else ["static", "dynamic"]
     servers = start_servers(wasmtime, {s for p in parts for s in wanted[p]}, args.baseline)
     results = []
@@ -613,7 +615,8 @@ def main():
         if "large" in parts:
             for path, what in (("/1m.bin", "1 MiB file (swan: cached in memory)"),
                                ("/50m.bin", "50 MB file (swan: streamed from disk)")):
-                results.append(compare(f"Large files, {what}: swan vs NGINX (sendfile on)", ["swan", "nginx"],
+                sides = wanted["large"]
+                results.append(compare(f"Large files, {what}: " + " vs ".join(sides) + " (NGINX: sendfile on)", sides,
                                        lambda s, p=path: p, [1, 10, 100], rounds, secs, servers))
         if "spike" in parts:
             spike_report = spike(servers, min(10000, nofile - 500))
