@@ -22,7 +22,7 @@ pub const FILE_CHUNK_BYTES: usize = 64 << 10;
 
 /// Size of the placeholder chunks of a file the connection sends itself:
 /// each is one `sendfile(2)` call at most.
-const PLACEHOLDER_BYTES: usize = 1 << 20;
+const PLACEHOLDER_BYTES: usize = 128 << 10;
 
 /// What placeholder chunks are cut from: never written to a socket, and
 /// in untouched zero pages (no memory).

@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 
 /// One placeholder chunk (`body::PLACEHOLDER_BYTES`): sizes and ranges
 /// around it cross the chunk edges.
-const CHUNK: usize = 1 << 20;
+const CHUNK: usize = 128 << 10;
 
 /// Bytes that differ at every offset (a shifted copy would show).
 fn contents(len: usize, seed: u32) -> Vec<u8> {

@@ -76,10 +76,6 @@ pub(crate) fn builders(config: &ServerConfig) -> Builders {
         .max_header_list_size(config.max_header_bytes as u32);
     let mut http1 = http1::Builder::new();
     http1_settings!(http1, config);
-    // Plain HTTP/1: hyper hands over body chunks uncopied, and the stream
-    // joins small writes itself (`WatchedIo::poll_write_vectored`), so
-    // large bodies and file placeholders skip hyper's copy.
-    http1.writev(true);
     Builders { auto, http1 }
 }
 

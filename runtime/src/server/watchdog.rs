@@ -43,16 +43,6 @@ const STATUS_431: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\n";
 /// keeps hyper's byte counts right.
 const STATUS_414: &[u8] = b"HTTP/1.1 414 URI Too Long                   \r\n";
 
-/// Vectored writes up to this size are joined into one buffer and sent
-/// with one `write(2)`; larger ones (a large cached body) go out with
-/// `writev(2)` from where they are, uncopied.
-const JOIN_BYTES: usize = 16 << 10;
-
-thread_local! {
-    /// The buffer small vectored writes are joined in, one per worker.
-    static JOINED: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(JOIN_BYTES));
-}
-
 /// How long an HTTP/1 connection on plain TCP stays idle before it is
 /// parked. Short enough that idle connections hold no buffers; long enough
 /// that a busy keep-alive connection never pays for a new hyper connection.
@@ -448,24 +438,13 @@ impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let mut nonempty = bufs.iter().filter(|b| !b.is_empty());
-        let first = nonempty.next().map_or(&[][..], |b| &**b);
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        if this.sender.is_some() || this.state.sendfile.offered() || total == first.len() {
-            // A file's head and placeholders, one slice at a time; or one
-            // slice: a plain write.
+        if this.sender.is_some() || this.state.sendfile.offered() {
+            // Not with hyper's settings (`writev(false)`); correct anyway.
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &**b);
             return Pin::new(this).poll_write(cx, first);
-        }
-        if total <= JOIN_BYTES {
-            // Small: head and body in one write(2), as hyper's own
-            // flattening would, without its buffer.
-            return JOINED.with_borrow_mut(|joined| {
-                joined.clear();
-                for b in bufs {
-                    joined.extend_from_slice(b);
-                }
-                Pin::new(&mut *this).poll_write(cx, joined)
-            });
         }
         this.state.sendfile.set_unflushed(true);
         let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
