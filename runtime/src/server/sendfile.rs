@@ -5,7 +5,8 @@
 //! hyper still frames the response: the body becomes placeholder bytes
 //! (see `Body::take_file`), so hyper writes the head with the right
 //! `Content-Length`, counts the body and keeps the connection's state as
-//! for any response. The connection's stream ([`WatchedIo`]) lets the head
+//! for any response. The connection's stream (`WatchedIo`, in the
+//! watchdog) lets the head
 //! through, then, for each placeholder byte hyper writes, sends one byte of
 //! the file instead; the placeholders never reach the socket.
 //!
@@ -13,8 +14,6 @@
 //! left to write when the response was offered: a response offered while
 //! an earlier one is still being written (pipelining) is read from the
 //! file as usual.
-//!
-//! [`WatchedIo`]: super::watchdog::WatchedIo
 
 use std::io;
 use std::sync::Mutex;
