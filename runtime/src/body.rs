@@ -93,6 +93,11 @@ impl Body {
         }
     }
 
+    /// Whether this is a file body not yet read from.
+    pub(crate) fn is_unread_file(&self) -> bool {
+        matches!(&self.kind, Kind::File(f) if f.unread.is_some())
+    }
+
     /// Takes the file out of a file body not yet read from, for a
     /// connection that sends it itself; the body then yields as many
     /// placeholder bytes, which that connection replaces with the file's.

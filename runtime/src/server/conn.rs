@@ -96,7 +96,6 @@ pub(crate) fn service(
 + 'static {
     service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let app = app.clone();
-        let state = state.clone();
         let handling = Handling::start(state.clone());
         async move {
             let http1 = req.version() < http::Version::HTTP_2;
@@ -106,7 +105,7 @@ pub(crate) fn service(
                     res.headers_mut()
                         .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 }
-                if state.sendfile.offer(res.body_mut()) {
+                if handling.offer_file(res.body_mut()) {
                     app.observe.sendfile_responses.add(1);
                 }
             }

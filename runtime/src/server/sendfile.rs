@@ -90,7 +90,12 @@ impl Handoff {
     /// nothing else is waiting to be written, the stream sends the file
     /// (true).
     pub(crate) fn offer(&self, body: &mut Body) -> bool {
-        if !self.enabled.load(Ordering::Relaxed) || self.unflushed.load(Ordering::Relaxed) {
+        // No lock unless there is a file to hand over: a cached response
+        // pays two atomic loads and a match.
+        if !self.enabled.load(Ordering::Relaxed)
+            || self.unflushed.load(Ordering::Relaxed)
+            || !body.is_unread_file()
+        {
             return false;
         }
         let Ok(mut slot) = self.slot.lock() else {

@@ -246,6 +246,12 @@ impl Handling {
         self.0.draining.load(Ordering::Relaxed)
     }
 
+    /// Hands the response's file to the stream, to send with `sendfile(2)`
+    /// (see [`Handoff::offer`]).
+    pub(crate) fn offer_file(&self, body: &mut crate::body::Body) -> bool {
+        self.0.sendfile.offer(body)
+    }
+
     /// The handler returned a response: its body is being sent until the
     /// returned guard is dropped (with the body).
     pub(crate) fn into_sending(self) -> Sending {
