@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 mod support;
-use support::{get, serve_in, site, stop, swan};
+use support::{get, serve_in, site, stop, stop_with_code, swan};
 
 #[test]
 fn version_and_help_are_available_on_every_command() {
@@ -219,7 +219,7 @@ fn serve_prints_a_banner_answers_and_exits_0_on_sigterm() {
 fn signals_sent_as_soon_as_the_banner_is_out_are_handled() {
     let dir = site();
     for round in 0..5 {
-        let (mut child, addr) = serve_in(dir.path(), &["--listen", "127.0.0.1:0", "--root", "www"]);
+        let (child, addr) = serve_in(dir.path(), &["--listen", "127.0.0.1:0", "--root", "www"]);
         for signal in ["-HUP", "-USR1"] {
             let sent = Command::new("kill")
                 .args([signal, &child.id().to_string()])
@@ -230,16 +230,7 @@ fn signals_sent_as_soon_as_the_banner_is_out_are_handled() {
         // Still serving after both (SIGUSR1 with no access log does nothing).
         let reply = get(&addr, "/");
         assert!(reply.ends_with("cli hello"), "round {round}: {reply}");
-        let (code, log) = {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            let mut log = String::new();
-            if let Some(mut err) = child.stderr.take() {
-                let _ = err.read_to_string(&mut log);
-            }
-            (child.wait().expect("wait").code(), log)
-        };
+        let (code, log) = stop_with_code(child);
         assert_eq!(code, Some(0), "round {round}: {log}");
         assert!(
             log.contains("SIGHUP received") && log.contains("SIGTERM received"),

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use swan_tests::{TestServer, closed_within, eventually};
+use swan_tests::{TestServer, closed_within, eventually, read_response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -33,37 +33,15 @@ async fn parks(server: &TestServer, n: i64) -> bool {
 /// Reads `count` complete responses (all with a Content-Length) and
 /// returns their status codes and body lengths.
 async fn responses(stream: &mut TcpStream, count: usize) -> Result<Vec<(u16, usize)>> {
-    let mut got: Vec<u8> = Vec::new();
+    let mut buffered = Vec::new();
     let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 << 10];
     while out.len() < count {
-        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&got[..end]).into_owned();
-            let status: u16 = head
-                .get(9..12)
-                .and_then(|s| s.parse().ok())
-                .context("status line")?;
-            let length: usize = head
-                .lines()
-                .find_map(|l| {
-                    let (name, value) = l.split_once(':')?;
-                    name.eq_ignore_ascii_case("content-length")
-                        .then(|| value.trim().parse().ok())?
-                })
-                .context("content-length")?;
-            if got.len() >= end + 4 + length {
-                got.drain(..end + 4 + length);
-                out.push((status, length));
-                continue;
-            }
-        }
-        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+        let r = read_response(stream, &mut buffered)
             .await
-            .context("response timed out")??;
-        ensure!(n > 0, "closed after {} responses of {count}", out.len());
-        got.extend_from_slice(&buf[..n]);
+            .with_context(|| format!("after {} responses of {count}", out.len()))?;
+        out.push((r.status, r.body.len()));
     }
-    ensure!(got.is_empty(), "unexpected bytes after the responses");
+    ensure!(buffered.is_empty(), "unexpected bytes after the responses");
     Ok(out)
 }
 

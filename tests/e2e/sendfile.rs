@@ -9,7 +9,7 @@ use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
-use swan_tests::{TestServer, TestSite};
+use swan_tests::{TestServer, TestSite, read_response, read_until_ended};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -125,40 +125,6 @@ async fn every_size_and_range_arrives_whole_through_sendfile() -> Result<()> {
     Ok(())
 }
 
-/// Reads one response with a Content-Length from `buffered` + `stream`;
-/// returns its head and body.
-async fn response(stream: &mut TcpStream, buffered: &mut Vec<u8>) -> Result<(String, Vec<u8>)> {
-    let mut buf = vec![0u8; 256 << 10];
-    loop {
-        if let Some(end) = buffered.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buffered[..end]).into_owned();
-            let length: usize = head
-                .lines()
-                .find_map(|l| {
-                    let (name, value) = l.split_once(':')?;
-                    name.eq_ignore_ascii_case("content-length")
-                        .then(|| value.trim().parse().ok())?
-                })
-                .context("content-length")?;
-            let body_len = if head.starts_with("HTTP/1.1 304") {
-                0
-            } else {
-                length
-            };
-            if buffered.len() >= end + 4 + body_len {
-                let body = buffered[end + 4..end + 4 + body_len].to_vec();
-                buffered.drain(..end + 4 + body_len);
-                return Ok((head, body));
-            }
-        }
-        let n = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buf))
-            .await
-            .context("no response in time")??;
-        ensure!(n > 0, "closed after {} bytes", buffered.len());
-        buffered.extend_from_slice(&buf[..n]);
-    }
-}
-
 #[tokio::test]
 async fn pipelined_and_parked_connections_keep_every_response_in_order() -> Result<()> {
     swan_tests::init_logs();
@@ -196,15 +162,15 @@ async fn pipelined_and_parked_connections_keep_every_response_in_order() -> Resu
                 stream
                     .write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\n{extra}\r\n").as_bytes())
                     .await?;
-                let (head, body) = response(&mut stream, &mut buffered).await?;
-                assert!(body == *want, "round {round} {path}: {head}");
+                let r = read_response(&mut stream, &mut buffered).await?;
+                assert!(r.body == *want, "round {round} {path}: {}", r.head);
             }
         } else {
             stream.write_all(&all).await?;
             let mut buffered = Vec::new();
             for (path, _, want) in &requests {
-                let (head, body) = response(&mut stream, &mut buffered).await?;
-                assert!(body == *want, "round {round} {path}: {head}");
+                let r = read_response(&mut stream, &mut buffered).await?;
+                assert!(r.body == *want, "round {round} {path}: {}", r.head);
             }
             assert!(buffered.is_empty());
         }
@@ -240,8 +206,8 @@ async fn pipelined_and_parked_connections_keep_every_response_in_order() -> Resu
         ("/blank.txt", b"a\r\n\r\nb"),
         ("/huge.bin", &huge[..]),
     ] {
-        let (head, body) = response(&mut stream, &mut buffered).await?;
-        assert!(body == want, "slow start {path}: {head}");
+        let r = read_response(&mut stream, &mut buffered).await?;
+        assert!(r.body == want, "slow start {path}: {}", r.head);
     }
     Ok(())
 }
@@ -270,16 +236,7 @@ async fn a_file_that_shrinks_while_it_is_sent_ends_the_connection_short() -> Res
         .write(true)
         .open(&path)?
         .set_len(1 << 20)?;
-    let ended = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await;
-    ensure!(ended.is_ok(), "the connection stayed open");
+    got.extend(read_until_ended(&mut stream, Duration::from_secs(20)).await?);
     let head_end = got
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -308,18 +265,10 @@ async fn a_client_that_stops_reading_a_sendfile_response_is_dropped() -> Result<
     // Read nothing for a while: the socket fills, sendfile waits, and the
     // send timeout passes.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let mut got = 0usize;
-    let mut buf = vec![0u8; 256 << 10];
-    let ended = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => got += n,
-            }
-        }
-    })
-    .await;
-    ensure!(ended.is_ok(), "the stalled connection was not dropped");
+    let got = read_until_ended(&mut stream, Duration::from_secs(20))
+        .await
+        .context("the stalled connection was not dropped")?
+        .len();
     ensure!(got < len, "the whole file arrived ({got} bytes)");
     ensure!(sent_by_kernel(&server) == 1, "not sent by sendfile");
     assert_eq!(server.get("/huge.bin").await?.body.len(), len);

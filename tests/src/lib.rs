@@ -242,6 +242,71 @@ pub async fn read_until_close(stream: &mut TcpStream, wait: Duration) -> String 
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// One HTTP/1.1 response read off a raw connection.
+pub struct RawResponse {
+    /// The status code.
+    pub status: u16,
+    /// The head, status line included, without its blank line.
+    pub head: String,
+    /// The body (empty for a 304).
+    pub body: Vec<u8>,
+}
+
+/// Reads the next response (with a Content-Length, or a 304) from
+/// `stream`; `buffered` holds bytes read past the previous one and keeps
+/// those read past this one.
+pub async fn read_response(stream: &mut TcpStream, buffered: &mut Vec<u8>) -> Result<RawResponse> {
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        if let Some(end) = buffered.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buffered[..end]).into_owned();
+            let status: u16 = head
+                .get(9..12)
+                .and_then(|s| s.parse().ok())
+                .context("status line")?;
+            let length: usize = if status == 304 {
+                0
+            } else {
+                head.lines()
+                    .find_map(|l| {
+                        let (name, value) = l.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse().ok())?
+                    })
+                    .context("content-length")?
+            };
+            if buffered.len() >= end + 4 + length {
+                let body = buffered[end + 4..end + 4 + length].to_vec();
+                buffered.drain(..end + 4 + length);
+                return Ok(RawResponse { status, head, body });
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buf))
+            .await
+            .context("response timed out")??;
+        anyhow::ensure!(n > 0, "closed after {} bytes of a response", buffered.len());
+        buffered.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Reads until the server ends `stream` (EOF or reset), within `wait`;
+/// the bytes that came, or an error if it stayed open.
+pub async fn read_until_ended(stream: &mut TcpStream, wait: Duration) -> Result<Vec<u8>> {
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 256 << 10];
+    tokio::time::timeout(wait, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .context("the connection stayed open")?;
+    Ok(got)
+}
+
 /// Whether the server closed `stream` within `wait` (EOF or reset).
 pub async fn closed_within(stream: &mut TcpStream, wait: Duration) -> bool {
     let mut buf = [0u8; 4096];

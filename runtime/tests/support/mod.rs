@@ -69,7 +69,13 @@ pub(crate) fn get(addr: &str, path: &str) -> String {
     reply
 }
 
-pub(crate) fn stop(mut child: std::process::Child) -> String {
+/// Sends SIGTERM and returns the log (stderr) once the process ended.
+pub(crate) fn stop(child: std::process::Child) -> String {
+    stop_with_code(child).1
+}
+
+/// [`stop`], with the exit code.
+pub(crate) fn stop_with_code(mut child: std::process::Child) -> (Option<i32>, String) {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
@@ -77,8 +83,8 @@ pub(crate) fn stop(mut child: std::process::Child) -> String {
     if let Some(mut err) = child.stderr.take() {
         let _ = err.read_to_string(&mut log);
     }
-    let _ = child.wait();
-    log
+    let code = child.wait().ok().and_then(|s| s.code());
+    (code, log)
 }
 
 /// A running `swan serve` whose banner was read: the public URLs and the
