@@ -212,17 +212,32 @@ async fn pipelined_and_parked_connections_keep_every_response_in_order() -> Resu
     Ok(())
 }
 
-#[tokio::test]
-async fn a_file_that_shrinks_while_it_is_sent_ends_the_connection_short() -> Result<()> {
-    swan_tests::init_logs();
-    let site = TestSite::new()?;
-    let len = 64usize << 20;
-    let path = site.file("www/huge.bin", contents(len, 3))?;
-    let server = server(&site, "").await?;
+/// Size of the file the fault tests download: more than the socket
+/// buffers hold, so the server is still sending when the fault comes.
+const HUGE: usize = 64 << 20;
+
+/// A server (`[server]` lines in `extra`) with `www/huge.bin` (contents
+/// from `seed`), and a connection that has asked for it.
+async fn downloading(
+    site: &TestSite,
+    seed: u32,
+    extra: &str,
+) -> Result<(TestServer, TcpStream, std::path::PathBuf)> {
+    let path = site.file("www/huge.bin", contents(HUGE, seed))?;
+    let server = server(site, extra).await?;
     let mut stream = TcpStream::connect(server.addr()).await?;
     stream
         .write_all(b"GET /huge.bin HTTP/1.1\r\nHost: a\r\n\r\n")
         .await?;
+    Ok((server, stream, path))
+}
+
+#[tokio::test]
+async fn a_file_that_shrinks_while_it_is_sent_ends_the_connection_short() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    let len = HUGE;
+    let (server, mut stream, path) = downloading(&site, 3, "").await?;
     let mut got = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
     while got.len() < 100_000 {
@@ -255,13 +270,8 @@ async fn a_file_that_shrinks_while_it_is_sent_ends_the_connection_short() -> Res
 async fn a_client_that_stops_reading_a_sendfile_response_is_dropped() -> Result<()> {
     swan_tests::init_logs();
     let site = TestSite::new()?;
-    let len = 64usize << 20;
-    site.file("www/huge.bin", contents(len, 4))?;
-    let server = server(&site, "send_timeout = \"1s\"").await?;
-    let mut stream = TcpStream::connect(server.addr()).await?;
-    stream
-        .write_all(b"GET /huge.bin HTTP/1.1\r\nHost: a\r\n\r\n")
-        .await?;
+    let len = HUGE;
+    let (server, mut stream, _) = downloading(&site, 4, "send_timeout = \"1s\"").await?;
     // Read nothing for a while: the socket fills, sendfile waits, and the
     // send timeout passes.
     tokio::time::sleep(Duration::from_secs(4)).await;
