@@ -48,9 +48,12 @@ struct FileBody {
     /// The file until its first read; then the stream reading it.
     unread: Option<tokio::fs::File>,
     stream: Option<ReaderStream<Take<tokio::fs::File>>>,
-    /// Where the file was positioned, and how much is left to read.
+    /// Where the body starts in the file, and how much is left to read.
     start: u64,
     remaining: u64,
+    /// Whether the seek to `start` has begun. Only reading needs it:
+    /// `sendfile(2)` takes the offset itself.
+    seeking: bool,
 }
 
 #[derive(Debug)]
@@ -81,7 +84,8 @@ impl Body {
         }
     }
 
-    /// `len` bytes streamed from a file already positioned at `start`.
+    /// `len` bytes of a file from `start` (the file's own position does not
+    /// matter).
     pub fn file(file: tokio::fs::File, start: u64, len: u64) -> Body {
         Body {
             kind: Kind::File(Box::new(FileBody {
@@ -89,6 +93,7 @@ impl Body {
                 stream: None,
                 start,
                 remaining: len,
+                seeking: false,
             })),
         }
     }
@@ -204,21 +209,15 @@ impl http_body::Body for Body {
             Kind::Empty => Poll::Ready(None),
             Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Kind::File(f) => {
-                let FileBody {
-                    unread,
-                    stream,
-                    remaining,
-                    ..
-                } = &mut **f;
-                let stream = match (stream, unread.take()) {
-                    (Some(s), _) => s,
-                    (s, Some(file)) => s.insert(ReaderStream::with_capacity(
-                        file.take(*remaining),
-                        FILE_CHUNK_BYTES,
-                    )),
-                    (None, None) => return Poll::Ready(None),
+                if f.stream.is_none()
+                    && let Err(e) = ready!(f.poll_start(cx))
+                {
+                    return Poll::Ready(Some(Err(e)));
+                }
+                let Some(stream) = f.stream.as_mut() else {
+                    return Poll::Ready(None);
                 };
-                file_frame(ready!(Pin::new(stream).poll_next(cx)), remaining)
+                file_frame(ready!(Pin::new(stream).poll_next(cx)), &mut f.remaining)
             }
             Kind::Placeholder { remaining } => {
                 if *remaining == 0 {
@@ -250,6 +249,31 @@ impl http_body::Body for Body {
             Kind::Placeholder { remaining } => SizeHint::with_exact(*remaining),
             Kind::Stream(body) => body.size_hint(),
         }
+    }
+}
+
+impl FileBody {
+    /// Before the first read: positions the file at `start` and makes the
+    /// stream that reads it.
+    fn poll_start(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        use tokio::io::AsyncSeek;
+        let Some(file) = self.unread.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        if self.start > 0 {
+            if !self.seeking {
+                Pin::new(&mut *file).start_seek(io::SeekFrom::Start(self.start))?;
+                self.seeking = true;
+            }
+            ready!(Pin::new(&mut *file).poll_complete(cx))?;
+        }
+        if let Some(file) = self.unread.take() {
+            self.stream = Some(ReaderStream::with_capacity(
+                file.take(self.remaining),
+                FILE_CHUNK_BYTES,
+            ));
+        }
+        Poll::Ready(Ok(()))
     }
 }
 

@@ -144,14 +144,6 @@ async fn from_disk<B>(
     let body = if head {
         Body::empty()
     } else {
-        let mut opened = opened;
-        if start > 0 {
-            use tokio::io::AsyncSeekExt;
-            opened
-                .seek(std::io::SeekFrom::Start(start))
-                .await
-                .map_err(|_| RequestError::Internal)?;
-        }
         Body::file(opened, start, len)
     };
     Ok(match partial_range {
