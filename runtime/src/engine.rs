@@ -17,6 +17,10 @@ use wasmtime::{Enabled, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::config::ServerConfig;
 
+mod code_cache;
+
+use code_cache::CodeCache;
+
 /// How often the epoch advances. A running guest yields to other tasks on
 /// its worker at every tick, and its deadline is counted in ticks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -68,6 +72,7 @@ pub struct Engine {
     ticker: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     background_stop: Option<tokio::sync::oneshot::Sender<()>>,
+    code: CodeCache,
 }
 
 impl std::fmt::Debug for Engine {
@@ -133,6 +138,10 @@ impl Engine {
             ticker: Some(ticker),
             stop,
             background_stop: Some(background_stop),
+            code: CodeCache::new(
+                cache_dir().map(|d| d.join("code")),
+                server.max_code_cache_bytes,
+            ),
         }))
     }
 
@@ -143,6 +152,17 @@ impl Engine {
             (Tier::Baseline, Some(e)) => (e, Tier::Baseline),
             _ => (&self.optimized, Tier::Optimized),
         }
+    }
+
+    /// Compiles a guest with a tier's compiler (the tier it really is is
+    /// returned), or maps the code an earlier compile left on disk.
+    pub(crate) fn compile<A: code_cache::Artifact>(
+        &self,
+        tier: Tier,
+        wasm: &[u8],
+    ) -> (wasmtime::Result<A>, Tier) {
+        let (engine, tier) = self.wasmtime(tier);
+        (self.code.compile(engine, tier, wasm), tier)
     }
 
     /// Every wasmtime engine, optimising first.
@@ -238,7 +258,6 @@ fn wasmtime_engine(server: &ServerConfig, tier: Tier) -> Result<wasmtime::Engine
         .async_stack_keep_resident(STACK_KEEP_RESIDENT)
         .pagemap_scan(Enabled::Auto);
     let mut config = wasmtime::Config::new();
-    config.cache(compile_cache());
     config
         .epoch_interruption(true)
         .memory_init_cow(true)
@@ -267,23 +286,6 @@ pub fn cache_dir() -> Option<std::path::PathBuf> {
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
     Some(base.join("swan"))
-}
-
-/// wasmtime's compiled-code cache, keyed by module content and engine
-/// settings: a restart, or a revert to a module seen before, loads machine
-/// code instead of compiling. Off (with a warning) if the folder is not
-/// usable.
-fn compile_cache() -> Option<wasmtime::Cache> {
-    let dir = cache_dir()?.join("wasmtime");
-    let mut config = wasmtime::CacheConfig::new();
-    config.with_directory(&dir);
-    match wasmtime::Cache::new(config) {
-        Ok(cache) => Some(cache),
-        Err(e) => {
-            tracing::warn!(dir = %dir.display(), error = %format!("{e:#}"), "compiled-code cache disabled");
-            None
-        }
-    }
 }
 
 impl Drop for Engine {

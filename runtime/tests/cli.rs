@@ -504,3 +504,134 @@ fn check_lists_the_stores_who_opens_them_and_whether_they_answer() {
     assert_eq!(out.status.code(), Some(2), "{errors}");
     assert!(errors.contains("SWAN_TEST_REDIS is not set"), "{errors}");
 }
+
+/// Compiled servlet code lands in `$SWAN_CACHE_DIR/code` and is mapped
+/// from there (not copied) by the running server; a restart maps the same
+/// file without compiling; a damaged file is compiled again and replaced;
+/// `max_code_cache_bytes = 0` writes nothing. Each time the servlet
+/// answers.
+#[test]
+fn compiled_code_is_mapped_from_the_cache_folder_across_restarts() {
+    let dir = site();
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    let module = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+            (func (export "swan_abi_version") (result i32) i32.const 1)
+            (func (export "swan_handle") (result i32) i32.const 0))"#,
+    )
+    .expect("wat");
+    std::fs::write(dir.path().join("servlets/mapped.wasm"), module).expect("write");
+    let cache = dir.path().join("cache");
+    let code = cache.join("code");
+    let serve = |config: &str| {
+        std::fs::write(
+            dir.path().join("swan.toml"),
+            format!("[server]\nlisten = [\"127.0.0.1:0\"]\n{config}\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n"),
+        )
+        .expect("config");
+        let mut child = swan()
+            .current_dir(dir.path())
+            .args(["serve", "--config", "swan.toml"])
+            .env("SWAN_CACHE_DIR", &cache)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut banner = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut banner)
+            .expect("banner");
+        let addr = banner
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("http://"))
+            .map(|a| a.trim_end_matches('/').to_owned())
+            .unwrap_or_else(|| panic!("no url in banner: {banner:?}"));
+        let reply = get(&addr, "/mapped");
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).expect("maps");
+        (child, maps)
+    };
+    let artifacts = || -> Vec<(std::path::PathBuf, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::read_dir(&code)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .map(|e| (e.path(), e.metadata().map(|m| m.ino()).unwrap_or(0)))
+            .collect()
+    };
+
+    let (child, maps) = serve("");
+    let first = artifacts();
+    // One artifact per compiler tier the load used (the optimising one at
+    // least), no temporary file left.
+    assert!(!first.is_empty(), "nothing under {}", code.display());
+    assert!(
+        first
+            .iter()
+            .all(|(p, _)| p.extension().is_some_and(|e| e == "cwasm")),
+        "{first:?}"
+    );
+    assert!(
+        first
+            .iter()
+            .any(|(p, _)| maps.contains(&*p.to_string_lossy())),
+        "no artifact is mapped:\n{maps}"
+    );
+    stop(child);
+
+    // A restart maps the very same files: nothing compiled or rewritten.
+    let (child, maps) = serve("");
+    assert_eq!(artifacts(), first);
+    assert!(
+        first
+            .iter()
+            .any(|(p, _)| maps.contains(&*p.to_string_lossy()))
+    );
+    stop(child);
+
+    // Damaged files are compiled again, replaced, and mapped.
+    for (path, _) in &first {
+        std::fs::write(path, b"damaged").expect("damage");
+    }
+    let (child, maps) = serve("");
+    let again = artifacts();
+    assert_eq!(again.len(), first.len());
+    for (path, _) in &again {
+        assert!(
+            std::fs::metadata(path).expect("artifact").len() > 7,
+            "{path:?} not replaced"
+        );
+    }
+    assert!(
+        again
+            .iter()
+            .any(|(p, _)| maps.contains(&*p.to_string_lossy()))
+    );
+    stop(child);
+
+    // A zero cap: compiled in memory, nothing written or mapped.
+    std::fs::remove_dir_all(&code).expect("clear");
+    let (child, maps) = serve("max_code_cache_bytes = 0");
+    assert!(artifacts().is_empty());
+    assert!(!maps.contains(&*code.to_string_lossy()));
+    stop(child);
+
+    // A bad value is a configuration error naming the key.
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nmax_code_cache_bytes = \"lots\"\n[[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let out = swan()
+        .current_dir(dir.path())
+        .args(["check", "--config", "swan.toml"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("max_code_cache_bytes") && err.contains("swan.toml:2"),
+        "{err}"
+    );
+}

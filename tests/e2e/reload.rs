@@ -271,7 +271,7 @@ async fn compiled_code_is_cached_on_disk_for_restarts_and_reverts() -> Result<()
     )?;
     let dir = swan::engine::cache_dir()
         .expect("a cache folder")
-        .join("wasmtime");
+        .join("code");
     let count = |d: &std::path::Path| walk_count(d);
     let before = count(&dir);
     let server = start(&site, "").await?;

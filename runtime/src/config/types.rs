@@ -46,6 +46,8 @@ pub const DEFAULT_CACHE_MAX_FILE_SIZE: u64 = 1 << 20;
 pub const DEFAULT_CACHE_BUDGET: u64 = 256 << 20;
 /// Time a servlet source build may take before it is killed.
 pub const DEFAULT_BUILD_TIMEOUT: Duration = Duration::from_secs(300);
+/// Disk space for compiled servlet code.
+pub const DEFAULT_MAX_CODE_CACHE_BYTES: u64 = 1 << 30;
 /// Servlet instances that may exist at once in the whole process (running,
 /// pre-instantiated or kept for reuse); sizes the pooling allocator.
 pub const DEFAULT_MAX_INSTANCES: u64 = 1000;
@@ -205,6 +207,10 @@ pub struct ServerConfig {
     pub build_sources: Option<bool>,
     /// Time one source build may take before it is killed. Default: 5 min.
     pub build_timeout: Duration,
+    /// Disk space for compiled servlet code (mapped, not copied, into
+    /// memory); the least recently used artifacts go first. Zero compiles
+    /// in memory on every start. Default: 1 GiB.
+    pub max_code_cache_bytes: u64,
 }
 
 impl ServerConfig {
@@ -234,6 +240,7 @@ impl ServerConfig {
             request_id_header: true,
             build_sources: None,
             build_timeout: DEFAULT_BUILD_TIMEOUT,
+            max_code_cache_bytes: DEFAULT_MAX_CODE_CACHE_BYTES,
         }
     }
 

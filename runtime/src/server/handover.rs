@@ -189,7 +189,8 @@ fn owned(fd: &str) -> Result<OwnedFd, String> {
     Ok(fd)
 }
 
-/// The one unsafe operation of swan: owning a descriptor that the parent
+/// An unsafe operation (the other is mapping compiled code, in
+/// `engine::code_cache`): owning a descriptor that the parent
 /// process passed by number. Rust has no safe way to do it (a number is
 /// not proof of ownership); `fcntl` on the raw number first checks it is
 /// open, so an `OwnedFd` is only ever made for an open descriptor that

@@ -38,6 +38,7 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "request_id_header",
     "build_sources",
     "build_timeout",
+    "max_code_cache_bytes",
     "drain_grace",
     "tls",
     "proxy",

@@ -71,6 +71,9 @@ pub(super) fn read(
     if let Some(n) = t.size(diag, "max_body_bytes") {
         s.max_body_bytes = *n.get_ref();
     }
+    if let Some(n) = t.size(diag, "max_code_cache_bytes") {
+        s.max_code_cache_bytes = *n.get_ref();
+    }
     if let Some(n) = t.size(diag, "body_min_rate") {
         s.body_min_rate = *n.get_ref();
     }

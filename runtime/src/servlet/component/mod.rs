@@ -148,12 +148,12 @@ pub(crate) fn load(
     tier: Tier,
 ) -> Result<(ComponentGuest, Tier), LoadError> {
     let file = info.file.clone();
-    let (wasmtime_engine, tier) = engine.wasmtime(tier);
-    let component =
-        Component::from_binary(wasmtime_engine, bytes).map_err(|e| LoadError::Invalid {
-            file: file.clone(),
-            reason: format!("{e:#}"),
-        })?;
+    let (component, tier) = engine.compile::<Component>(tier, bytes);
+    let component = component.map_err(|e| LoadError::Invalid {
+        file: file.clone(),
+        reason: format!("{e:#}"),
+    })?;
+    let (wasmtime_engine, _) = engine.wasmtime(tier);
     let ty = component.component_type();
     let exports: Vec<String> = ty
         .exports(wasmtime_engine)

@@ -104,8 +104,8 @@ pub(crate) fn load(
     tier: Tier,
 ) -> Result<(NativeGuest, Tier), LoadError> {
     let file = info.file.clone();
-    let (wasmtime_engine, tier) = engine.wasmtime(tier);
-    let module = Module::from_binary(wasmtime_engine, bytes).map_err(|e| LoadError::Invalid {
+    let (module, tier) = engine.compile::<Module>(tier, bytes);
+    let module = module.map_err(|e| LoadError::Invalid {
         file: file.clone(),
         reason: format!("{e:#}"),
     })?;

@@ -1,0 +1,472 @@
+//! Compiled code on disk, mapped into memory rather than copied.
+//!
+//! A guest compiles once into a wasmtime artifact under `<cache>/code/`,
+//! named by a SHA-256 of its wasm bytes, its kind, the compiler tier and
+//! the engine's compatibility hash. Loading maps that file
+//! (`deserialize_file`) instead of copying it: the kernel brings pages of
+//! machine code in as they first run, and processes that map the same
+//! file share them. A guest carrying an interpreter (a JavaScript or
+//! Python component compiles to 30-50 MB) then holds resident only the
+//! code it runs, and a restart, or a revert to a module seen before,
+//! compiles nothing.
+//!
+//! Files are written whole under a temporary name and renamed into place,
+//! and removed (never truncated) when the folder outgrows its cap, so a
+//! mapped artifact never changes under a running server. The folder is
+//! created private to swan's user; a folder others can write to is not
+//! used, and a file others could have written is compiled again.
+//!
+//! Loading compiled code is `unsafe` in wasmtime (the bytes become machine
+//! code that runs): those invariants are this module's whole job, and the
+//! only unsafe code in it. Measured: a JavaScript component's server idles
+//! at 23 instead of 57 MiB (BENCHMARKS.md).
+#![allow(unsafe_code, reason = "mapping compiled code; see the module doc")]
+
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+use wasmtime::{Module, Result};
+
+use super::Tier;
+
+/// Temporary files older than this are left over from a process that
+/// died mid-write, and are removed.
+const ABANDONED_AFTER: Duration = Duration::from_secs(3600);
+
+/// Something wasmtime compiles: a core module or a component.
+pub(crate) trait Artifact: Sized {
+    /// Names the kind in the file's key.
+    const KIND: &'static str;
+    /// Compiles `wasm` without the disk.
+    fn compile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<Self>;
+    /// Compiles `wasm` into an artifact's bytes.
+    fn precompile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<Vec<u8>>;
+    /// Maps an artifact file.
+    ///
+    /// # Safety
+    /// The file must hold bytes `precompile` produced, and must not change
+    /// while mapped.
+    unsafe fn map(engine: &wasmtime::Engine, path: &Path) -> Result<Self>;
+    /// Loads an artifact's bytes from memory.
+    ///
+    /// # Safety
+    /// `bytes` must be what `precompile` produced.
+    unsafe fn load(engine: &wasmtime::Engine, bytes: &[u8]) -> Result<Self>;
+}
+
+impl Artifact for Module {
+    const KIND: &'static str = "module";
+    fn compile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<Self> {
+        Module::from_binary(engine, wasm)
+    }
+    fn precompile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<Vec<u8>> {
+        engine.precompile_module(wasm)
+    }
+    unsafe fn map(engine: &wasmtime::Engine, path: &Path) -> Result<Self> {
+        // SAFETY: passed on from the caller.
+        unsafe { Module::deserialize_file(engine, path) }
+    }
+    unsafe fn load(engine: &wasmtime::Engine, bytes: &[u8]) -> Result<Self> {
+        // SAFETY: passed on from the caller.
+        unsafe { Module::deserialize(engine, bytes) }
+    }
+}
+
+impl Artifact for Component {
+    const KIND: &'static str = "component";
+    fn compile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<Self> {
+        Component::from_binary(engine, wasm)
+    }
+    fn precompile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<Vec<u8>> {
+        engine.precompile_component(wasm)
+    }
+    unsafe fn map(engine: &wasmtime::Engine, path: &Path) -> Result<Self> {
+        // SAFETY: passed on from the caller.
+        unsafe { Component::deserialize_file(engine, path) }
+    }
+    unsafe fn load(engine: &wasmtime::Engine, bytes: &[u8]) -> Result<Self> {
+        // SAFETY: passed on from the caller.
+        unsafe { Component::deserialize(engine, bytes) }
+    }
+}
+
+/// The folder of compiled artifacts, or none (compile in memory).
+#[derive(Debug)]
+pub(crate) struct CodeCache {
+    dir: Option<PathBuf>,
+    max_bytes: u64,
+}
+
+impl CodeCache {
+    /// A cache in `dir`, holding at most about `max_bytes`; none when
+    /// `dir` is `None` or `max_bytes` is zero.
+    pub(crate) fn new(dir: Option<PathBuf>, max_bytes: u64) -> CodeCache {
+        CodeCache {
+            dir: dir.filter(|_| max_bytes > 0),
+            max_bytes,
+        }
+    }
+
+    /// Compiles `wasm`, or maps the artifact an earlier compile left.
+    /// Errors are the compiler's (an invalid module); a cache that cannot
+    /// be used costs a warning and a compile in memory, never a refusal.
+    pub(crate) fn compile<A: Artifact>(
+        &self,
+        engine: &wasmtime::Engine,
+        tier: Tier,
+        wasm: &[u8],
+    ) -> Result<A> {
+        let Some(dir) = &self.dir else {
+            return A::compile(engine, wasm);
+        };
+        match private_dir(dir) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(dir = %dir.display(), "the compiled-code folder is writable by other users; compiling in memory");
+                return A::compile(engine, wasm);
+            }
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot use the compiled-code folder; compiling in memory");
+                return A::compile(engine, wasm);
+            }
+        }
+        let path = dir.join(format!("{}.cwasm", key::<A>(engine, tier, wasm)));
+        if fs::metadata(&path).is_ok_and(|m| owned(&m)) {
+            // SAFETY: files under this name are only ever written whole by
+            // `publish` from `precompile`'s output, and removed (never
+            // truncated) by `evict`; the file and its folder are writable
+            // by swan's user only.
+            match unsafe { A::map(engine, &path) } {
+                Ok(artifact) => {
+                    touch(&path);
+                    return Ok(artifact);
+                }
+                // Another wasmtime build, or a damaged file: compile again
+                // and replace it.
+                Err(e) => {
+                    tracing::debug!(file = %path.display(), error = %format!("{e:#}"), "cached code unusable; compiling again")
+                }
+            }
+        }
+        let bytes = A::precompile(engine, wasm)?;
+        match publish(dir, &path, &bytes) {
+            Ok(()) => {
+                self.evict(dir, &path);
+                // SAFETY: `publish` just wrote `precompile`'s output there.
+                match unsafe { A::map(engine, &path) } {
+                    Ok(artifact) => return Ok(artifact),
+                    Err(e) => {
+                        tracing::warn!(file = %path.display(), error = %format!("{e:#}"), "cannot map compiled code; loading it in memory")
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot write compiled code; loading it in memory")
+            }
+        }
+        // SAFETY: `bytes` is `precompile`'s output.
+        unsafe { A::load(engine, &bytes) }
+    }
+
+    /// Removes the least recently used artifacts while the folder holds
+    /// more than `max_bytes`, and temporary files a crash left behind.
+    /// `keep` (just written) stays. Removing a mapped file is safe: its
+    /// pages live until the last mapping goes.
+    fn evict(&self, dir: &Path, keep: &Path) {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        let now = SystemTime::now();
+        let mut artifacts = Vec::new();
+        let mut total = 0u64;
+        for entry in entries.filter_map(std::result::Result::ok) {
+            let path = entry.path();
+            let Ok(meta) = entry.metadata() else { continue };
+            let modified = meta.modified().unwrap_or(now);
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("cwasm") => {
+                    total += meta.len();
+                    if path != keep {
+                        artifacts.push((modified, meta.len(), path));
+                    }
+                }
+                Some("tmp")
+                    if now.duration_since(modified).unwrap_or_default() > ABANDONED_AFTER =>
+                {
+                    let _ = fs::remove_file(&path);
+                }
+                _ => {}
+            }
+        }
+        artifacts.sort();
+        for (_, len, path) in artifacts {
+            if total <= self.max_bytes {
+                break;
+            }
+            if fs::remove_file(&path).is_ok() {
+                tracing::debug!(file = %path.display(), "compiled code evicted");
+                total = total.saturating_sub(len);
+            }
+        }
+    }
+}
+
+/// The file name of `wasm` compiled by `engine`: the same bytes under a
+/// compatible engine map the same artifact.
+fn key<A: Artifact>(engine: &wasmtime::Engine, tier: Tier, wasm: &[u8]) -> String {
+    let mut hasher = DigestHasher(Sha256::new());
+    A::KIND.hash(&mut hasher);
+    format!("{tier:?}").hash(&mut hasher);
+    env!("CARGO_PKG_VERSION").hash(&mut hasher);
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    hasher.0.update(wasm);
+    let digest = hasher.0.finalize();
+    digest.iter().fold(String::with_capacity(64), |mut s, b| {
+        use std::fmt::Write as _;
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// Feeds `Hash` values into SHA-256.
+struct DigestHasher(Sha256);
+
+impl Hasher for DigestHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+    fn finish(&self) -> u64 {
+        0
+    }
+}
+
+/// Creates `dir` if needed (private to swan's user), and says whether
+/// only swan's user can write in it.
+fn private_dir(dir: &Path) -> std::io::Result<bool> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    Ok(owned(&fs::metadata(dir)?))
+}
+
+/// Whether only swan's user can write to this file or folder.
+fn owned(meta: &fs::Metadata) -> bool {
+    meta.uid() == rustix::process::geteuid().as_raw() && meta.mode() & 0o022 == 0
+}
+
+/// Marks an artifact used, for eviction's order.
+fn touch(path: &Path) {
+    if let Ok(file) = fs::File::open(path) {
+        let _ = file.set_modified(SystemTime::now());
+    }
+}
+
+/// Writes `bytes` to `path` whole: under a temporary name first, then
+/// renamed, so a reader sees the old file, the new one or none.
+fn publish(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let tmp = dir.join(format!(
+        "{}.{}.tmp",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine() -> wasmtime::Engine {
+        wasmtime::Engine::default()
+    }
+
+    const WAT: &str = r#"(module (func (export "f") (result i32) i32.const 7))"#;
+
+    #[test]
+    fn a_compiled_module_is_mapped_from_disk_the_second_time() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let cache = CodeCache::new(Some(dir.path().join("code")), 1 << 30);
+        let wasm = wat::parse_str(WAT)?;
+        let e = engine();
+        let _first: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
+        let files: Vec<_> = fs::read_dir(dir.path().join("code"))?.collect();
+        assert_eq!(files.len(), 1, "one artifact, no temporary file left");
+        let meta = fs::metadata(dir.path().join("code"))?;
+        assert_eq!(meta.mode() & 0o777, 0o700);
+        let second: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
+        assert!(second.get_export("f").is_some());
+        let file = fs::read_dir(dir.path().join("code"))?
+            .next()
+            .expect("an artifact")?
+            .path();
+        let maps = fs::read_to_string("/proc/self/maps")?;
+        assert!(
+            maps.contains(&*file.to_string_lossy()),
+            "the artifact is mapped, not copied"
+        );
+        // Another tier, another kind of key: another file.
+        let _baseline: Module = cache.compile(&e, Tier::Baseline, &wasm)?;
+        assert_eq!(fs::read_dir(dir.path().join("code"))?.count(), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn a_damaged_artifact_is_compiled_again_and_replaced() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let code = dir.path().join("code");
+        let cache = CodeCache::new(Some(code.clone()), 1 << 30);
+        let wasm = wat::parse_str(WAT)?;
+        let e = engine();
+        let _: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
+        let file = fs::read_dir(&code)?.next().expect("an artifact")?.path();
+        let good = fs::read(&file)?;
+        for damaged in [
+            Vec::new(),
+            b"not an artifact".to_vec(),
+            good[..good.len() / 2].to_vec(),
+        ] {
+            fs::write(&file, &damaged)?;
+            let module: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
+            assert!(module.get_export("f").is_some());
+            assert_eq!(fs::read(&file)?, good, "the damaged file is replaced");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn an_invalid_module_is_an_error_and_leaves_nothing() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let code = dir.path().join("code");
+        let cache = CodeCache::new(Some(code.clone()), 1 << 30);
+        let e = engine();
+        assert!(
+            cache
+                .compile::<Module>(&e, Tier::Optimized, b"\0asm\x01\0\0\0\x99")
+                .is_err()
+        );
+        assert!(
+            cache
+                .compile::<Module>(&e, Tier::Optimized, b"garbage")
+                .is_err()
+        );
+        assert_eq!(fs::read_dir(&code).map(|d| d.count()).unwrap_or(0), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn an_unusable_folder_or_no_cache_still_compiles() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let blocker = dir.path().join("file");
+        fs::write(&blocker, b"in the way")?;
+        let wasm = wat::parse_str(WAT)?;
+        let e = engine();
+        for cache in [
+            CodeCache::new(Some(blocker.join("code")), 1 << 30),
+            CodeCache::new(Some(dir.path().join("off")), 0),
+            CodeCache::new(None, 1 << 30),
+        ] {
+            let module: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
+            assert!(module.get_export("f").is_some());
+        }
+        assert!(
+            !dir.path().join("off").exists(),
+            "a zero cap writes nothing"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_file_others_could_write_is_compiled_again() -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir()?;
+        let code = dir.path().join("code");
+        let cache = CodeCache::new(Some(code.clone()), 1 << 30);
+        let wasm = wat::parse_str(WAT)?;
+        let e = engine();
+        let _: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
+        let file = fs::read_dir(&code)?.next().expect("an artifact")?.path();
+        let good = fs::read(&file)?;
+        fs::write(&file, b"planted by someone else")?;
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o666))?;
+        let module: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
+        assert!(module.get_export("f").is_some());
+        assert_eq!(fs::read(&file)?, good);
+        assert_eq!(fs::metadata(&file)?.mode() & 0o777, 0o600);
+        Ok(())
+    }
+
+    #[test]
+    fn a_folder_others_can_write_to_is_not_used() -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir()?;
+        let code = dir.path().join("code");
+        fs::create_dir(&code)?;
+        fs::set_permissions(&code, fs::Permissions::from_mode(0o777))?;
+        let cache = CodeCache::new(Some(code.clone()), 1 << 30);
+        let module: Module = cache.compile(&engine(), Tier::Optimized, &wat::parse_str(WAT)?)?;
+        assert!(module.get_export("f").is_some());
+        assert_eq!(fs::read_dir(&code)?.count(), 0, "nothing written there");
+        Ok(())
+    }
+
+    #[test]
+    fn the_least_recently_used_artifacts_go_past_the_cap() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let code = dir.path().join("code");
+        let e = engine();
+        let wasms: Vec<Vec<u8>> = (0..4)
+            .map(|i| {
+                wat::parse_str(format!(
+                    r#"(module (func (export "f") (result i32) i32.const {i}))"#
+                ))
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        let unbounded = CodeCache::new(Some(code.clone()), 1 << 30);
+        let _: Module = unbounded.compile(&e, Tier::Optimized, &wasms[0])?;
+        let one = fs::read_dir(&code)?
+            .next()
+            .expect("an artifact")?
+            .metadata()?
+            .len();
+        // Room for about two artifacts.
+        let cache = CodeCache::new(Some(code.clone()), one * 2 + one / 2);
+        for wasm in &wasms[1..] {
+            std::thread::sleep(Duration::from_millis(20));
+            let _: Module = cache.compile(&e, Tier::Optimized, wasm)?;
+        }
+        let left: Vec<PathBuf> = fs::read_dir(&code)?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<std::io::Result<_>>()?;
+        assert_eq!(left.len(), 2, "{left:?}");
+        let newest = code.join(format!(
+            "{}.cwasm",
+            key::<Module>(&e, Tier::Optimized, &wasms[3])
+        ));
+        assert!(left.contains(&newest));
+        let oldest = code.join(format!(
+            "{}.cwasm",
+            key::<Module>(&e, Tier::Optimized, &wasms[0])
+        ));
+        assert!(!left.contains(&oldest));
+        Ok(())
+    }
+}
