@@ -19,7 +19,7 @@ use crate::config::ServerConfig;
 
 mod code_cache;
 
-use code_cache::CodeCache;
+use code_cache::{CodeCache, Compiler};
 
 /// How often the epoch advances. A running guest yields to other tasks on
 /// its worker at every tick, and its deadline is counted in ticks.
@@ -84,11 +84,15 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// Creates the engines for a server's limits.
     pub fn new(server: &ServerConfig) -> Result<Arc<Engine>, EngineError> {
-        let optimized = wasmtime_engine(server, Tier::Optimized)?;
+        let (optimized, optimized_config) = wasmtime_engine(server, Tier::Optimized)?;
+        let mut compilers = vec![(Tier::Optimized, Compiler::new(&optimized, optimized_config))];
         // The baseline compiler is an optimisation of hot reload only: if
         // it cannot start, every module is compiled by Cranelift.
         let baseline = match wasmtime_engine(server, Tier::Baseline) {
-            Ok(e) => Some(e),
+            Ok((e, config)) => {
+                compilers.push((Tier::Baseline, Compiler::new(&e, config)));
+                Some(e)
+            }
             Err(e) => {
                 tracing::warn!("{e}; hot reload compiles with Cranelift only");
                 None
@@ -141,6 +145,7 @@ impl Engine {
             code: CodeCache::new(
                 cache_dir().map(|d| d.join("code")),
                 server.max_code_cache_bytes,
+                compilers,
             ),
         }))
     }
@@ -236,7 +241,11 @@ impl Drop for InstanceTicket {
     }
 }
 
-fn wasmtime_engine(server: &ServerConfig, tier: Tier) -> Result<wasmtime::Engine, EngineError> {
+/// A tier's engine, and the settings it was made with.
+fn wasmtime_engine(
+    server: &ServerConfig,
+    tier: Tier,
+) -> Result<(wasmtime::Engine, wasmtime::Config), EngineError> {
     let mut pool = PoolingAllocationConfig::new();
     // `max_instances` guest instances, each a core module or a component.
     // A component is several core modules linked together (the program,
@@ -273,6 +282,7 @@ fn wasmtime_engine(server: &ServerConfig, tier: Tier) -> Result<wasmtime::Engine
         }
     }
     wasmtime::Engine::new(&config)
+        .map(|engine| (engine, config))
         .map_err(|e| EngineError::Wasmtime(format!("{tier:?} compiler: {e:#}")))
 }
 

@@ -44,8 +44,6 @@ const ABANDONED_AFTER: Duration = Duration::from_secs(3600);
 pub(crate) trait Artifact: Sized {
     /// Names the kind in the file's key.
     const KIND: &'static str;
-    /// Compiles `wasm` without the disk.
-    fn compile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<Self>;
     /// Compiles `wasm` into an artifact's bytes.
     fn precompile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<Vec<u8>>;
     /// Maps an artifact file.
@@ -63,9 +61,6 @@ pub(crate) trait Artifact: Sized {
 
 impl Artifact for Module {
     const KIND: &'static str = "module";
-    fn compile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<Self> {
-        Module::from_binary(engine, wasm)
-    }
     fn precompile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<Vec<u8>> {
         engine.precompile_module(wasm)
     }
@@ -81,9 +76,6 @@ impl Artifact for Module {
 
 impl Artifact for Component {
     const KIND: &'static str = "component";
-    fn compile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<Self> {
-        Component::from_binary(engine, wasm)
-    }
     fn precompile(engine: &wasmtime::Engine, wasm: &[u8]) -> Result<Vec<u8>> {
         engine.precompile_component(wasm)
     }
@@ -97,21 +89,103 @@ impl Artifact for Component {
     }
 }
 
-/// The folder of compiled artifacts, or none (compile in memory).
+/// Makes short-lived engines that compile for a long-lived one.
+///
+/// wasmtime keeps a compiler's scratch memory (Cranelift's contexts, sized
+/// for the largest function it has compiled) for its engine's whole life:
+/// about 70 MiB after a JavaScript component. A throwaway engine with the
+/// same settings compiles instead, and its memory goes with it. Its output
+/// loads into the long-lived engine because the two hash alike for
+/// compatibility (checked once here; if they did not, the long-lived
+/// engine compiles itself).
+pub(crate) struct Compiler(Option<wasmtime::Config>);
+
+impl Compiler {
+    /// A compiler for `engine`, which was made from `config`.
+    pub(crate) fn new(engine: &wasmtime::Engine, mut config: wasmtime::Config) -> Compiler {
+        // The instance pool is the engine's, not the compiler's: a second
+        // pool would reserve its address space again.
+        config.allocation_strategy(wasmtime::InstanceAllocationStrategy::OnDemand);
+        let matches = wasmtime::Engine::new(&config)
+            .is_ok_and(|c| compatibility(&c) == compatibility(engine));
+        if !matches {
+            tracing::debug!("a separate compiler would not match the engine; compiling in place");
+        }
+        Compiler(matches.then_some(config))
+    }
+
+    /// A fresh engine to compile for `engine` with, or `engine` itself.
+    fn engine(&self, engine: &wasmtime::Engine) -> wasmtime::Engine {
+        self.0
+            .as_ref()
+            .and_then(|config| wasmtime::Engine::new(config).ok())
+            .unwrap_or_else(|| engine.clone())
+    }
+}
+
+impl std::fmt::Debug for Compiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Compiler").field(&self.0.is_some()).finish()
+    }
+}
+
+fn compatibility(engine: &wasmtime::Engine) -> [u8; 32] {
+    let mut hasher = DigestHasher(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    hasher.0.finalize().into()
+}
+
+/// The folder of compiled artifacts, or none (compile in memory), and the
+/// compilers of each tier.
 #[derive(Debug)]
 pub(crate) struct CodeCache {
     dir: Option<PathBuf>,
     max_bytes: u64,
+    compilers: Vec<(Tier, Compiler)>,
 }
 
 impl CodeCache {
     /// A cache in `dir`, holding at most about `max_bytes`; none when
     /// `dir` is `None` or `max_bytes` is zero.
-    pub(crate) fn new(dir: Option<PathBuf>, max_bytes: u64) -> CodeCache {
+    pub(crate) fn new(
+        dir: Option<PathBuf>,
+        max_bytes: u64,
+        compilers: Vec<(Tier, Compiler)>,
+    ) -> CodeCache {
         CodeCache {
             dir: dir.filter(|_| max_bytes > 0),
             max_bytes,
+            compilers,
         }
+    }
+
+    /// Compiles `wasm` for `engine` into an artifact's bytes, in a
+    /// throwaway engine when the tier has one.
+    fn precompile<A: Artifact>(
+        &self,
+        engine: &wasmtime::Engine,
+        tier: Tier,
+        wasm: &[u8],
+    ) -> Result<Vec<u8>> {
+        let compiler = self
+            .compilers
+            .iter()
+            .find(|(t, _)| *t == tier)
+            .map_or_else(|| engine.clone(), |(_, c)| c.engine(engine));
+        A::precompile(&compiler, wasm)
+    }
+
+    /// Compiles `wasm` and loads it from memory.
+    fn compile_in_memory<A: Artifact>(
+        &self,
+        engine: &wasmtime::Engine,
+        tier: Tier,
+        wasm: &[u8],
+    ) -> Result<A> {
+        let bytes = self.precompile::<A>(engine, tier, wasm)?;
+        // SAFETY: `bytes` is `precompile`'s output, for an engine with
+        // `engine`'s compatibility hash (and wasmtime checks it again).
+        unsafe { A::load(engine, &bytes) }
     }
 
     /// Compiles `wasm`, or maps the artifact an earlier compile left.
@@ -124,17 +198,17 @@ impl CodeCache {
         wasm: &[u8],
     ) -> Result<A> {
         let Some(dir) = &self.dir else {
-            return A::compile(engine, wasm);
+            return self.compile_in_memory(engine, tier, wasm);
         };
         match private_dir(dir) {
             Ok(true) => {}
             Ok(false) => {
                 tracing::warn!(dir = %dir.display(), "the compiled-code folder is writable by other users; compiling in memory");
-                return A::compile(engine, wasm);
+                return self.compile_in_memory(engine, tier, wasm);
             }
             Err(e) => {
                 tracing::warn!(dir = %dir.display(), error = %e, "cannot use the compiled-code folder; compiling in memory");
-                return A::compile(engine, wasm);
+                return self.compile_in_memory(engine, tier, wasm);
             }
         }
         let path = dir.join(format!("{}.cwasm", key::<A>(engine, tier, wasm)));
@@ -155,11 +229,12 @@ impl CodeCache {
                 }
             }
         }
-        let bytes = A::precompile(engine, wasm)?;
+        let bytes = self.precompile::<A>(engine, tier, wasm)?;
         match publish(dir, &path, &bytes) {
             Ok(()) => {
                 self.evict(dir, &path);
-                // SAFETY: `publish` just wrote `precompile`'s output there.
+                // SAFETY: `publish` just wrote `precompile`'s output there,
+                // in a folder only swan's user can write to.
                 match unsafe { A::map(engine, &path) } {
                     Ok(artifact) => return Ok(artifact),
                     Err(e) => {
@@ -304,7 +379,7 @@ mod tests {
     #[test]
     fn a_compiled_module_is_mapped_from_disk_the_second_time() -> Result<()> {
         let dir = tempfile::tempdir()?;
-        let cache = CodeCache::new(Some(dir.path().join("code")), 1 << 30);
+        let cache = CodeCache::new(Some(dir.path().join("code")), 1 << 30, Vec::new());
         let wasm = wat::parse_str(WAT)?;
         let e = engine();
         let _first: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
@@ -329,11 +404,31 @@ mod tests {
         Ok(())
     }
 
+    /// swan's own engines (pooling allocator, both tiers) get a separate
+    /// compiler, and what it compiles loads into them.
+    #[test]
+    fn swan_engines_compile_in_a_throwaway_engine() -> Result<()> {
+        let server = crate::config::ServerConfig::defaults();
+        let wasm = wat::parse_str(WAT)?;
+        for tier in [Tier::Optimized, Tier::Baseline] {
+            let (engine, config) = super::super::wasmtime_engine(&server, tier)
+                .map_err(|e| wasmtime::Error::msg(e.to_string()))?;
+            let compiler = Compiler::new(&engine, config);
+            assert!(compiler.0.is_some(), "{tier:?}: no separate compiler");
+            let separate = compiler.engine(&engine);
+            assert!(!wasmtime::Engine::same(&separate, &engine));
+            let cache = CodeCache::new(None, 0, vec![(tier, compiler)]);
+            let module: Module = cache.compile(&engine, tier, &wasm)?;
+            assert!(module.get_export("f").is_some());
+        }
+        Ok(())
+    }
+
     #[test]
     fn a_damaged_artifact_is_compiled_again_and_replaced() -> Result<()> {
         let dir = tempfile::tempdir()?;
         let code = dir.path().join("code");
-        let cache = CodeCache::new(Some(code.clone()), 1 << 30);
+        let cache = CodeCache::new(Some(code.clone()), 1 << 30, Vec::new());
         let wasm = wat::parse_str(WAT)?;
         let e = engine();
         let _: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
@@ -356,7 +451,7 @@ mod tests {
     fn an_invalid_module_is_an_error_and_leaves_nothing() -> Result<()> {
         let dir = tempfile::tempdir()?;
         let code = dir.path().join("code");
-        let cache = CodeCache::new(Some(code.clone()), 1 << 30);
+        let cache = CodeCache::new(Some(code.clone()), 1 << 30, Vec::new());
         let e = engine();
         assert!(
             cache
@@ -380,9 +475,9 @@ mod tests {
         let wasm = wat::parse_str(WAT)?;
         let e = engine();
         for cache in [
-            CodeCache::new(Some(blocker.join("code")), 1 << 30),
-            CodeCache::new(Some(dir.path().join("off")), 0),
-            CodeCache::new(None, 1 << 30),
+            CodeCache::new(Some(blocker.join("code")), 1 << 30, Vec::new()),
+            CodeCache::new(Some(dir.path().join("off")), 0, Vec::new()),
+            CodeCache::new(None, 1 << 30, Vec::new()),
         ] {
             let module: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
             assert!(module.get_export("f").is_some());
@@ -399,7 +494,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir()?;
         let code = dir.path().join("code");
-        let cache = CodeCache::new(Some(code.clone()), 1 << 30);
+        let cache = CodeCache::new(Some(code.clone()), 1 << 30, Vec::new());
         let wasm = wat::parse_str(WAT)?;
         let e = engine();
         let _: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
@@ -421,7 +516,7 @@ mod tests {
         let code = dir.path().join("code");
         fs::create_dir(&code)?;
         fs::set_permissions(&code, fs::Permissions::from_mode(0o777))?;
-        let cache = CodeCache::new(Some(code.clone()), 1 << 30);
+        let cache = CodeCache::new(Some(code.clone()), 1 << 30, Vec::new());
         let module: Module = cache.compile(&engine(), Tier::Optimized, &wat::parse_str(WAT)?)?;
         assert!(module.get_export("f").is_some());
         assert_eq!(fs::read_dir(&code)?.count(), 0, "nothing written there");
@@ -440,7 +535,7 @@ mod tests {
                 ))
             })
             .collect::<std::result::Result<_, _>>()?;
-        let unbounded = CodeCache::new(Some(code.clone()), 1 << 30);
+        let unbounded = CodeCache::new(Some(code.clone()), 1 << 30, Vec::new());
         let _: Module = unbounded.compile(&e, Tier::Optimized, &wasms[0])?;
         let one = fs::read_dir(&code)?
             .next()
@@ -448,7 +543,7 @@ mod tests {
             .metadata()?
             .len();
         // Room for about two artifacts.
-        let cache = CodeCache::new(Some(code.clone()), one * 2 + one / 2);
+        let cache = CodeCache::new(Some(code.clone()), one * 2 + one / 2, Vec::new());
         for wasm in &wasms[1..] {
             std::thread::sleep(Duration::from_millis(20));
             let _: Module = cache.compile(&e, Tier::Optimized, wasm)?;
