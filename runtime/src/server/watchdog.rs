@@ -293,7 +293,9 @@ pub(crate) struct WatchedIo<S = TcpStream> {
     /// The last bytes read (up to four), to tell a request boundary.
     tail: [u8; 4],
     /// The response whose file is being sent (plain TCP, see `sendfile`).
-    sender: Option<Sender>,
+    /// Boxed: a pointer in every parked connection's task, not a file
+    /// range and its progress.
+    sender: Option<Box<Sender>>,
     /// Whether a read ended the hyper connection at a request boundary
     /// (see [`ConnState::release`]), rather than the client closing.
     released: bool,
