@@ -85,12 +85,12 @@ impl Engine {
     /// Creates the engines for a server's limits.
     pub fn new(server: &ServerConfig) -> Result<Arc<Engine>, EngineError> {
         let (optimized, optimized_config) = wasmtime_engine(server, Tier::Optimized)?;
-        let mut compilers = vec![(Tier::Optimized, Compiler::new(&optimized, optimized_config))];
+        let mut compilers = vec![(Tier::Optimized, Compiler::new(optimized_config))];
         // The baseline compiler is an optimisation of hot reload only: if
         // it cannot start, every module is compiled by Cranelift.
         let baseline = match wasmtime_engine(server, Tier::Baseline) {
             Ok((e, config)) => {
-                compilers.push((Tier::Baseline, Compiler::new(&e, config)));
+                compilers.push((Tier::Baseline, Compiler::new(config)));
                 Some(e)
             }
             Err(e) => {

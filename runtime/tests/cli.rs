@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 mod support;
-use support::{get, serve_in, site, stop, stop_with_code, swan};
+use support::{get, serve_in, site, spawn_serving, stop, stop_with_code, swan};
 
 #[test]
 fn version_and_help_are_available_on_every_command() {
@@ -266,25 +266,14 @@ fn every_log_line_of_a_request_carries_its_id() {
         wat::parse_str(NOISY_TRAP).expect("wat"),
     )
     .expect("write");
-    let mut child = swan()
+    let mut command = swan();
+    command
         .args(["serve", "--listen", "127.0.0.1:0", "--root"])
         .arg(dir.path().join("www"))
         .arg("--servlets")
         .arg(dir.path().join("servlets"))
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut banner = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut banner)
-        .expect("banner");
-    let addr = banner
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://"))
-        .map(|a| a.trim_end_matches('/').to_owned())
-        .expect("url in banner");
+        .env("RUST_LOG", "info");
+    let (mut child, addr) = spawn_serving(command);
     let mut stream = TcpStream::connect(&addr).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -529,23 +518,12 @@ fn compiled_code_is_mapped_from_the_cache_folder_across_restarts() {
             format!("[server]\nlisten = [\"127.0.0.1:0\"]\n{config}\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n"),
         )
         .expect("config");
-        let mut child = swan()
+        let mut command = swan();
+        command
             .current_dir(dir.path())
             .args(["serve", "--config", "swan.toml"])
-            .env("SWAN_CACHE_DIR", &cache)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let mut banner = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut banner)
-            .expect("banner");
-        let addr = banner
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("http://"))
-            .map(|a| a.trim_end_matches('/').to_owned())
-            .unwrap_or_else(|| panic!("no url in banner: {banner:?}"));
+            .env("SWAN_CACHE_DIR", &cache);
+        let (child, addr) = spawn_serving(command);
         let reply = get(&addr, "/mapped");
         assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).expect("maps");

@@ -2,15 +2,15 @@
 //! load, a module that loops at start-up. Every load loop here is bounded
 //! in count and time and stays on loopback.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{get, serve_in, site, stop};
+use support::{get, serve_in, site, spawn_serving, stop};
 
 /// Waits for `child` to exit, at most `wait`.
 fn exit_code(child: &mut Child, wait: Duration) -> Option<i32> {
@@ -27,25 +27,14 @@ fn exit_code(child: &mut Child, wait: Duration) -> Option<i32> {
 #[test]
 fn running_out_of_descriptors_backs_off_and_recovers() {
     let dir = site();
-    let mut child = Command::new("prlimit")
+    let mut command = Command::new("prlimit");
+    command
         .arg("--nofile=256:256")
         .arg("--")
         .arg(env!("CARGO_BIN_EXE_swan"))
         .args(["serve", "--listen", "127.0.0.1:0", "--root"])
-        .arg(dir.path().join("www"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn under prlimit");
-    let mut banner = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut banner)
-        .expect("banner");
-    let addr = banner
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://"))
-        .map(|a| a.trim_end_matches('/').to_owned())
-        .expect("url in banner");
+        .arg(dir.path().join("www"));
+    let (mut child, addr) = spawn_serving(command);
     // Twice the server's descriptor limit in open connections.
     let mut held = Vec::new();
     for _ in 0..512 {

@@ -96,37 +96,34 @@ impl Artifact for Component {
 /// for the largest function it has compiled) for its engine's whole life:
 /// about 70 MiB after a JavaScript component. A throwaway engine with the
 /// same settings compiles instead, and its memory goes with it. Its output
-/// loads into the long-lived engine because the two hash alike for
-/// compatibility (checked once here; if they did not, the long-lived
-/// engine compiles itself).
-pub(crate) struct Compiler(Option<wasmtime::Config>);
+/// loads into the long-lived engine when the two hash alike for
+/// compatibility (checked at each compile, which is cheap next to the
+/// compile; if they did not, the long-lived engine compiles itself). Made
+/// only when something compiles: a start whose code is all cached makes
+/// none.
+#[derive(Debug)]
+pub(crate) struct Compiler(wasmtime::Config);
 
 impl Compiler {
-    /// A compiler for `engine`, which was made from `config`.
-    pub(crate) fn new(engine: &wasmtime::Engine, mut config: wasmtime::Config) -> Compiler {
+    /// A compiler for the engine made from `config`.
+    pub(crate) fn new(mut config: wasmtime::Config) -> Compiler {
         // The instance pool is the engine's, not the compiler's: a second
         // pool would reserve its address space again.
         config.allocation_strategy(wasmtime::InstanceAllocationStrategy::OnDemand);
-        let matches = wasmtime::Engine::new(&config)
-            .is_ok_and(|c| compatibility(&c) == compatibility(engine));
-        if !matches {
-            tracing::debug!("a separate compiler would not match the engine; compiling in place");
-        }
-        Compiler(matches.then_some(config))
+        Compiler(config)
     }
 
     /// A fresh engine to compile for `engine` with, or `engine` itself.
     fn engine(&self, engine: &wasmtime::Engine) -> wasmtime::Engine {
-        self.0
-            .as_ref()
-            .and_then(|config| wasmtime::Engine::new(config).ok())
-            .unwrap_or_else(|| engine.clone())
-    }
-}
-
-impl std::fmt::Debug for Compiler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Compiler").field(&self.0.is_some()).finish()
+        match wasmtime::Engine::new(&self.0) {
+            Ok(fresh) if compatibility(&fresh) == compatibility(engine) => fresh,
+            _ => {
+                tracing::debug!(
+                    "a separate compiler would not match the engine; compiling in place"
+                );
+                engine.clone()
+            }
+        }
     }
 }
 
@@ -212,7 +209,7 @@ impl CodeCache {
                 return self.compile_in_memory(engine, tier, wasm);
             }
         }
-        let path = dir.join(format!("{}.cwasm", key::<A>(engine, tier, wasm)));
+        let path = artifact_path::<A>(dir, engine, tier, wasm);
         if fs::metadata(&path).is_ok_and(|m| owned(&m)) {
             // SAFETY: files under this name are only ever written whole by
             // `publish` from `precompile`'s output, and removed (never
@@ -292,6 +289,16 @@ impl CodeCache {
             }
         }
     }
+}
+
+/// Where `wasm` compiled by `engine` is kept in `dir`.
+fn artifact_path<A: Artifact>(
+    dir: &Path,
+    engine: &wasmtime::Engine,
+    tier: Tier,
+    wasm: &[u8],
+) -> PathBuf {
+    dir.join(format!("{}.cwasm", key::<A>(engine, tier, wasm)))
 }
 
 /// The file name of `wasm` compiled by `engine`: the same bytes under a
@@ -377,31 +384,63 @@ mod tests {
 
     const WAT: &str = r#"(module (func (export "f") (result i32) i32.const 7))"#;
 
+    /// A cache in a temporary folder that has compiled [`WAT`] once.
+    struct Cached {
+        _dir: tempfile::TempDir,
+        code: PathBuf,
+        cache: CodeCache,
+        engine: wasmtime::Engine,
+        wasm: Vec<u8>,
+        /// The artifact that compile left.
+        file: PathBuf,
+    }
+
+    impl Cached {
+        fn new() -> Result<Cached> {
+            let dir = tempfile::tempdir()?;
+            let code = dir.path().join("code");
+            let cache = CodeCache::new(Some(code.clone()), 1 << 30, Vec::new());
+            let wasm = wat::parse_str(WAT)?;
+            let engine = engine();
+            let _: Module = cache.compile(&engine, Tier::Optimized, &wasm)?;
+            let file = fs::read_dir(&code)?.next().expect("an artifact")?.path();
+            Ok(Cached {
+                _dir: dir,
+                code,
+                cache,
+                engine,
+                wasm,
+                file,
+            })
+        }
+
+        /// Compiles [`WAT`] again, and checks the module works.
+        fn compile_again(&self, tier: Tier) -> Result<Module> {
+            let module: Module = self.cache.compile(&self.engine, tier, &self.wasm)?;
+            assert!(module.get_export("f").is_some());
+            Ok(module)
+        }
+    }
+
     #[test]
     fn a_compiled_module_is_mapped_from_disk_the_second_time() -> Result<()> {
-        let dir = tempfile::tempdir()?;
-        let cache = CodeCache::new(Some(dir.path().join("code")), 1 << 30, Vec::new());
-        let wasm = wat::parse_str(WAT)?;
-        let e = engine();
-        let _first: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
-        let files: Vec<_> = fs::read_dir(dir.path().join("code"))?.collect();
-        assert_eq!(files.len(), 1, "one artifact, no temporary file left");
-        let meta = fs::metadata(dir.path().join("code"))?;
-        assert_eq!(meta.mode() & 0o777, 0o700);
-        let second: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
-        assert!(second.get_export("f").is_some());
-        let file = fs::read_dir(dir.path().join("code"))?
-            .next()
-            .expect("an artifact")?
-            .path();
+        let c = Cached::new()?;
+        assert_eq!(
+            fs::read_dir(&c.code)?.count(),
+            1,
+            "one artifact, no temporary file left"
+        );
+        assert_eq!(fs::metadata(&c.code)?.mode() & 0o777, 0o700);
+        // Held while the maps are read: dropped, it is unmapped.
+        let _second = c.compile_again(Tier::Optimized)?;
         let maps = fs::read_to_string("/proc/self/maps")?;
         assert!(
-            maps.contains(&*file.to_string_lossy()),
+            maps.contains(&*c.file.to_string_lossy()),
             "the artifact is mapped, not copied"
         );
         // Another tier, another kind of key: another file.
-        let _baseline: Module = cache.compile(&e, Tier::Baseline, &wasm)?;
-        assert_eq!(fs::read_dir(dir.path().join("code"))?.count(), 2);
+        c.compile_again(Tier::Baseline)?;
+        assert_eq!(fs::read_dir(&c.code)?.count(), 2);
         Ok(())
     }
 
@@ -414,10 +453,12 @@ mod tests {
         for tier in [Tier::Optimized, Tier::Baseline] {
             let (engine, config) = super::super::wasmtime_engine(&server, tier)
                 .map_err(|e| wasmtime::Error::msg(e.to_string()))?;
-            let compiler = Compiler::new(&engine, config);
-            assert!(compiler.0.is_some(), "{tier:?}: no separate compiler");
+            let compiler = Compiler::new(config);
             let separate = compiler.engine(&engine);
-            assert!(!wasmtime::Engine::same(&separate, &engine));
+            assert!(
+                !wasmtime::Engine::same(&separate, &engine),
+                "{tier:?}: no separate compiler"
+            );
             let cache = CodeCache::new(None, 0, vec![(tier, compiler)]);
             let module: Module = cache.compile(&engine, tier, &wasm)?;
             assert!(module.get_export("f").is_some());
@@ -427,23 +468,16 @@ mod tests {
 
     #[test]
     fn a_damaged_artifact_is_compiled_again_and_replaced() -> Result<()> {
-        let dir = tempfile::tempdir()?;
-        let code = dir.path().join("code");
-        let cache = CodeCache::new(Some(code.clone()), 1 << 30, Vec::new());
-        let wasm = wat::parse_str(WAT)?;
-        let e = engine();
-        let _: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
-        let file = fs::read_dir(&code)?.next().expect("an artifact")?.path();
-        let good = fs::read(&file)?;
+        let c = Cached::new()?;
+        let good = fs::read(&c.file)?;
         for damaged in [
             Vec::new(),
             b"not an artifact".to_vec(),
             good[..good.len() / 2].to_vec(),
         ] {
-            fs::write(&file, &damaged)?;
-            let module: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
-            assert!(module.get_export("f").is_some());
-            assert_eq!(fs::read(&file)?, good, "the damaged file is replaced");
+            fs::write(&c.file, &damaged)?;
+            c.compile_again(Tier::Optimized)?;
+            assert_eq!(fs::read(&c.file)?, good, "the damaged file is replaced");
         }
         Ok(())
     }
@@ -493,20 +527,13 @@ mod tests {
     #[test]
     fn a_file_others_could_write_is_compiled_again() -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir()?;
-        let code = dir.path().join("code");
-        let cache = CodeCache::new(Some(code.clone()), 1 << 30, Vec::new());
-        let wasm = wat::parse_str(WAT)?;
-        let e = engine();
-        let _: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
-        let file = fs::read_dir(&code)?.next().expect("an artifact")?.path();
-        let good = fs::read(&file)?;
-        fs::write(&file, b"planted by someone else")?;
-        fs::set_permissions(&file, fs::Permissions::from_mode(0o666))?;
-        let module: Module = cache.compile(&e, Tier::Optimized, &wasm)?;
-        assert!(module.get_export("f").is_some());
-        assert_eq!(fs::read(&file)?, good);
-        assert_eq!(fs::metadata(&file)?.mode() & 0o777, 0o600);
+        let c = Cached::new()?;
+        let good = fs::read(&c.file)?;
+        fs::write(&c.file, b"planted by someone else")?;
+        fs::set_permissions(&c.file, fs::Permissions::from_mode(0o666))?;
+        c.compile_again(Tier::Optimized)?;
+        assert_eq!(fs::read(&c.file)?, good);
+        assert_eq!(fs::metadata(&c.file)?.mode() & 0o777, 0o600);
         Ok(())
     }
 
@@ -553,16 +580,9 @@ mod tests {
             .map(|e| e.map(|e| e.path()))
             .collect::<std::io::Result<_>>()?;
         assert_eq!(left.len(), 2, "{left:?}");
-        let newest = code.join(format!(
-            "{}.cwasm",
-            key::<Module>(&e, Tier::Optimized, &wasms[3])
-        ));
-        assert!(left.contains(&newest));
-        let oldest = code.join(format!(
-            "{}.cwasm",
-            key::<Module>(&e, Tier::Optimized, &wasms[0])
-        ));
-        assert!(!left.contains(&oldest));
+        let path = |wasm| artifact_path::<Module>(&code, &e, Tier::Optimized, wasm);
+        assert!(left.contains(&path(&wasms[3])), "the newest stays");
+        assert!(!left.contains(&path(&wasms[0])), "the oldest goes");
         Ok(())
     }
 }

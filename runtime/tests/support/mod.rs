@@ -34,10 +34,15 @@ pub(crate) const SITE_ARGS: [&str; 6] = [
 /// Starts `swan serve` in `dir` with `args`; returns the child and the
 /// address from its banner.
 pub(crate) fn serve_in(dir: &std::path::Path, args: &[&str]) -> (std::process::Child, String) {
-    let mut child = swan()
-        .current_dir(dir)
-        .arg("serve")
-        .args(args)
+    let mut command = swan();
+    command.current_dir(dir).arg("serve").args(args);
+    spawn_serving(command)
+}
+
+/// Spawns `command` (a `swan serve`, however wrapped or configured) with
+/// its output piped; returns the child and the address from its banner.
+pub(crate) fn spawn_serving(mut command: Command) -> (std::process::Child, String) {
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
