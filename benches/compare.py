@@ -148,6 +148,24 @@ def tree_rss_kib(pid):
     return total
 
 
+def tree_cpu_seconds(pid):
+    """CPU time (user + system) of a process and all its descendants."""
+    children, times = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+            times[int(stat.parent.name)] = int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, []))
+        total += times.get(p, 0)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 class Server:
     def __init__(self, name, cmd, port, cwd=None):
         self.name, self.port = name, port
@@ -158,6 +176,9 @@ class Server:
 
     def rss_mib(self):
         return tree_rss_kib(self.proc.pid) / 1024
+
+    def cpu_seconds(self):
+        return tree_cpu_seconds(self.proc.pid)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -373,20 +394,31 @@ def compare(title, sides, path_for, conns_list, rounds, secs, servers, scheme="h
             order = sides if r % 2 == 0 else list(reversed(sides))
             for s in order:
                 url = f"{scheme}://{HOST}:{port_of(s)}{path_for(s)}"
-                runs[s].append(wrk(url, conns, secs))
-        row = {"conns": conns}
+                server = servers[server_of(s)]
+                cpu = server.cpu_seconds()
+                run = wrk(url, conns, secs)
+                # The server's own CPU time per request: what a feature
+                # costs, less noisy than the request rate on a shared box.
+                run["cpu_us"] = (server.cpu_seconds() - cpu) * 1e6 / (run["rps"] * secs) if run["rps"] else 0.0
+                runs[s].append(run)
+        # Each round's ratio to the first side, then their median: slow
+        # drifts of a shared machine cancel within a round.
+        row = {"conns": conns, "paired": {s: statistics.median(a["rps"] / b["rps"] if b["rps"] else 0.0
+                                                             for a, b in zip(runs[sides[0]], runs[s]))
+                                          for s in sides[1:]}}
         for s in sides:
             row[s] = {
                 "rps": statistics.median(x["rps"] for x in runs[s]),
                 "p50": statistics.median(x["p50"] for x in runs[s]),
                 "p99": statistics.median(x["p99"] for x in runs[s]),
+                "cpu_us": statistics.median(x["cpu_us"] for x in runs[s]),
                 "errors": sum(x["errors"] for x in runs[s]),
                 "non2xx": sum(x["non2xx"] for x in runs[s]),
                 "rss": servers[server_of(s)].rss_mib(),
                 "all": [round(x["rps"]) for x in runs[s]],
             }
         rows.append(row)
-        log(f"{title} c={conns}: " + ", ".join(f"{s} {row[s]['rps']:.0f}/s" for s in sides))
+        log(f"{title} c={conns}: " + ", ".join(f"{s} {row[s]['rps']:.0f}/s {row[s]['cpu_us']:.1f} µs" for s in sides))
     return {"title": title, "sides": sides, "rows": rows}
 
 
@@ -514,14 +546,15 @@ def fmt_table(result):
     sides = result["sides"]
     head = ["connections"]
     for s in sides:
-        head += [f"{s} req/s", f"{s} p50/p99 ms", f"{s} errors/non-2xx", f"{s} RSS MiB"]
+        head += [f"{s} req/s", f"{s} p50/p99 ms", f"{s} CPU µs/req", f"{s} errors/non-2xx", f"{s} RSS MiB"]
     head += [f"{sides[0]}/{s}" for s in sides[1:]]
     lines = [f"### {result['title']}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in result["rows"]:
         cells = [f"{row['conns']:,}"]
         for s in sides:
             d = row[s]
-            cells += [f"{d['rps']:,.0f}", f"{d['p50']:.2f} / {d['p99']:.2f}", f"{d['errors']} / {d['non2xx']}",
+            cells += [f"{d['rps']:,.0f}", f"{d['p50']:.2f} / {d['p99']:.2f}", f"{d['cpu_us']:.1f}",
+                      f"{d['errors']} / {d['non2xx']}",
                       f"{d['rss']:.1f}"]
         base = row[sides[0]]["rps"]
         cells += [f"{base / row[s]['rps']:.2f}" if row[s]["rps"] else "n/a" for s in sides[1:]]
@@ -529,6 +562,10 @@ def fmt_table(result):
     lines.append("")
     lines.append("Each run's req/s: " + "; ".join(
         f"c={row['conns']}: " + ", ".join(f"{s} {row[s]['all']}" for s in sides) for row in result["rows"]))
+    lines.append("")
+    lines.append("Median of the rounds' own ratios (each round runs every side back to back): " + "; ".join(
+        f"c={row['conns']}: " + ", ".join(f"{sides[0]}/{s} {row['paired'][s]:.2f}" for s in sides[1:])
+        for row in result["rows"]))
     lines.append("")
     return "\n".join(lines)
 

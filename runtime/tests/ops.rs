@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{get, raw, site, start, status_of, stop, term};
+use support::{get, raw, site, start, status_of, stop, stop_with_code, term};
 
 /// `/who`: answers the remote address the servlet sees (ABI part 6).
 const WHO: &str = r#"(module
@@ -328,6 +328,72 @@ fn the_access_log_writes_combined_lines_and_reopens_on_sigusr1() {
     stop(s.child);
 }
 
+/// Four clients pipelining 50 requests each (static and servlet, the last
+/// one closing): 200 answers.
+fn pipelined_burst(public: &str) -> usize {
+    std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut request = String::new();
+                    for i in 0..50 {
+                        let path = if i % 2 == 0 { "/" } else { "/who" };
+                        let close = if i == 49 { "Connection: close\r\n" } else { "" };
+                        request.push_str(&format!("GET {path} HTTP/1.1\r\nHost: x\r\n{close}\r\n"));
+                    }
+                    raw(public, request.as_bytes())
+                        .matches("HTTP/1.1 200 ")
+                        .count()
+                })
+            })
+            .collect();
+        clients.into_iter().map(|c| c.join().expect("client")).sum()
+    })
+}
+
+#[test]
+fn every_answered_request_is_logged_or_counted_as_dropped_up_to_the_stop() {
+    // A buffer that holds everything, then one of four lines: whatever the
+    // writer could not take in time is counted, the rest is in the file,
+    // and stopping at once (no grace) loses nothing that was answered.
+    for (buffer, format) in [(16_384, "combined"), (4, "json")] {
+        let dir = with_servlets(&format!(
+            "[server]\nlisten = [\"127.0.0.1:0\"]\ndrain_grace = \"0s\"\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\n\
+             [log]\naccess = \"access.log\"\nformat = \"{format}\"\nbuffer = {buffer}\n\
+             [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n"
+        ));
+        let s = start(dir.path(), &[], true);
+        let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
+        assert_eq!(pipelined_burst(&public), 200);
+        // Each client read to the end: every line is logged or counted.
+        let metrics = get(&admin, "/metrics");
+        let dropped = sample(&metrics, "swan_access_log_dropped_total", &[]).expect("counter");
+        let (code, _) = stop_with_code(s.child);
+        assert_eq!(code, Some(0));
+        let text = std::fs::read_to_string(dir.path().join("access.log")).expect("log");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines.len() + dropped as usize,
+            200,
+            "buffer {buffer}: {} lines, {dropped} dropped",
+            lines.len()
+        );
+        if buffer > 200 {
+            assert_eq!(dropped, 0.0);
+        }
+        assert!(!lines.is_empty());
+        for line in lines {
+            if format == "json" {
+                let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+                assert_eq!(v["status"], 200, "{line}");
+            } else {
+                assert!(line.contains(" HTTP/1.1\" 200 "), "{line}");
+            }
+        }
+    }
+}
+
 #[test]
 fn json_access_lines_name_the_client_behind_a_trusted_proxy() {
     let dir = with_servlets(
@@ -432,6 +498,8 @@ fn proxy_protocol_listeners_take_the_client_from_the_header() {
 #[test]
 fn production_keys_are_checked_at_load() {
     let dir = site();
+    std::fs::create_dir(dir.path().join("www/logs")).expect("logs");
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
     for (toml, expect) in [
         (
             "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\n[[site]]\nroot = \"www\"\n",
@@ -460,6 +528,15 @@ fn production_keys_are_checked_at_load() {
         (
             "[log]\nbuffer = 0\n[[site]]\nroot = \"www\"\n",
             "would drop every line",
+        ),
+        // Inside a root (as written, or through `..`), or a servlets folder.
+        (
+            "[log]\naccess = \"www/logs/../access.log\"\n[[site]]\nroot = \"www\"\n",
+            "is inside the root of site",
+        ),
+        (
+            "[log]\naccess = \"servlets/access.log\"\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
+            "is inside the servlets folder of site",
         ),
         (
             "[server]\nlisten = [{ adr = \"127.0.0.1:0\" }]\n[[site]]\nroot = \"www\"\n",

@@ -110,7 +110,8 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         }
     };
     let grace = config.server.drain_grace;
-    runtime.block_on(async {
+    let access_log = app.observe.access_log.clone();
+    let served = runtime.block_on(async {
         if let (Some(r), Some(hup)) = (reloader.clone(), signals.hup.take()) {
             tokio::spawn(reload_on_sighup(r, hup));
         }
@@ -135,7 +136,12 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
             }
         };
         swan::serve(app, listeners, shutdown).await
-    })?;
+    });
+    // Every request has been answered: write the lines still waiting.
+    if let Some(log) = access_log {
+        log.close();
+    }
+    served?;
     drop(reloader);
     tracing::info!("stopped");
     Ok(())

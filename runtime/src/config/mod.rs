@@ -52,6 +52,7 @@ impl Config {
                 dropped_sites: false,
                 stores: Vec::new(),
                 tls: None,
+                access_log: None,
             };
             config.apply(overrides, &mut positions)?;
             let findings = validate::check(&config, &positions);

@@ -9,6 +9,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use super::error::Problem;
+use super::ops::AccessLogTarget;
 use super::reader::line_column;
 use super::store::{StoreConfig, StoreKind};
 use super::types::Config;
@@ -37,6 +38,8 @@ pub(crate) struct Positions {
     pub(crate) stores: Vec<StorePositions>,
     /// The `[server.tls]` table, if any.
     pub(crate) tls: Option<Range<usize>>,
+    /// The `access` value of `[log]`, if written.
+    pub(crate) access_log: Option<Range<usize>>,
 }
 
 /// Where a store's values came from.
@@ -89,6 +92,8 @@ pub(crate) enum At {
     Store(usize),
     /// `[server.tls]`: its certificate and key.
     Tls,
+    /// `access` in `[log]`.
+    AccessLog,
 }
 
 /// A problem found by validation, not yet located.
@@ -258,6 +263,9 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             );
         }
     }
+    if let AccessLogTarget::File(log) = &config.log.access {
+        access_log_outside_sites(config, log, &mut finding);
+    }
     if let Some(tls) = &config.server.tls {
         if let Err(e) = crate::certs::load(&tls.cert, &tls.key) {
             finding(
@@ -275,6 +283,48 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
         }
     }
     found
+}
+
+/// An access log inside a site's root would be served to anyone, and each
+/// write would reload the site (or rescan its servlets).
+fn access_log_outside_sites(
+    config: &Config,
+    log: &Path,
+    finding: &mut impl FnMut(At, String, &str),
+) {
+    // The file may not exist yet: its folder is what can be resolved.
+    let Some(log) = log
+        .parent()
+        .and_then(|p| p.canonicalize().ok())
+        .zip(log.file_name())
+        .map(|(dir, name)| dir.join(name))
+    else {
+        return;
+    };
+    for site in &config.sites {
+        let folders = [
+            ("root", Some(&site.root)),
+            ("servlets folder", site.servlets.as_ref()),
+        ];
+        for (what, folder) in folders {
+            let Some(folder) = folder.and_then(|f| f.canonicalize().ok()) else {
+                continue;
+            };
+            if log.starts_with(&folder) {
+                finding(
+                    At::AccessLog,
+                    format!(
+                        "the access log {} is inside the {what} of site {:?} ({}): anyone could download it, and every write would reload the site",
+                        log.display(),
+                        site.name,
+                        folder.display()
+                    ),
+                    "write it outside every site's root and servlets folder, e.g. access = \"/var/log/swan/access.log\"",
+                );
+                return;
+            }
+        }
+    }
 }
 
 /// Turns findings into problems located in `source` (the text of `file`),
@@ -295,7 +345,7 @@ pub(crate) fn locate(
                 | At::SiteServlets(i)
                 | At::RouteServlet(i, _)
                 | At::Stores(i, _) => positions.sites.get(i),
-                At::Store(_) | At::Tls => None,
+                At::Store(_) | At::Tls | At::AccessLog => None,
             };
             let index = |i: usize| site.map_or(i, |s| s.index);
             let (key, origin) = match f.at {
@@ -344,6 +394,10 @@ pub(crate) fn locate(
                 At::Tls => (
                     "server.tls".to_owned(),
                     positions.tls.clone().map(Origin::File),
+                ),
+                At::AccessLog => (
+                    "log.access".to_owned(),
+                    positions.access_log.clone().map(Origin::File),
                 ),
                 At::Store(n) => {
                     let store = positions.stores.get(n);

@@ -1,27 +1,35 @@
 //! The access log: one line per request, written by a thread of its own.
 //!
-//! Requests hand their entry to a bounded queue and never wait: when the
-//! queue is full (the disk or the terminal cannot keep up) the line is
-//! dropped and counted (`swan_access_log_dropped_total`). The writer
-//! wakes every 20 ms, formats what is queued and writes it with one flush. A file
-//! target is reopened on request (SIGUSR1), so `logrotate` can move it
-//! away and have swan write a new one.
+//! When a response has been sent, its request formats its line into a
+//! buffer of its worker thread's own (one of 16 shards, each behind a lock
+//! no other core takes but the writer's, every 20 ms): no queue, no
+//! allocation, nothing read again from another core's cache. The writer
+//! thread wakes every 20 ms, swaps each shard's buffer for an empty one and
+//! writes it with one `write`. Requests never wait for the disk: past
+//! `buffer` lines waiting, a line is dropped and counted
+//! (`swan_access_log_dropped_total`). A file target is reopened on request
+//! (SIGUSR1), so `logrotate` can move it away and have swan write a new one;
+//! [`AccessLog::close`] writes what is left when the server stops.
+//!
+//! Order: each worker's lines are in the order its responses finished; the
+//! lines of one 20 ms batch are grouped by worker.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter, Write};
-use std::net::SocketAddr;
+use std::io::{self, IoSlice, Write};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderValue, Method, Version};
+use crossbeam_utils::CachePadded;
+use http::{Method, Version};
 use time::OffsetDateTime;
 use time::format_description::FormatItem;
 use time::macros::format_description;
 
-use super::counters::Counter;
+use super::counters::{Counter, SHARDS, shard_index};
 use crate::config::{AccessLogFormat, AccessLogTarget, LogConfig};
 use crate::request::RequestId;
 
@@ -33,9 +41,13 @@ const COMBINED_TIME: &[FormatItem<'static>] =
 const JSON_SECOND: &[FormatItem<'static>] =
     format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]");
 
-/// How often the writer takes the queued lines and writes them out (so a
-/// line reaches the file at most this late).
+/// How often the writer takes the waiting lines and writes them out (so a
+/// line reaches the file at most this late, unless a shard half fills
+/// first and wakes it).
 const BATCH_EVERY: Duration = Duration::from_millis(20);
+
+/// A shard's buffer keeps at most this much room after a burst.
+const KEEP_CAPACITY: usize = 256 << 10;
 
 /// What one request leaves in the log.
 #[derive(Debug)]
@@ -46,8 +58,6 @@ pub struct Entry {
     pub client: SocketAddr,
     /// Method.
     pub method: Method,
-    /// The request target as received (path and query).
-    pub target: String,
     /// Protocol version.
     pub version: Version,
     /// Response status.
@@ -62,18 +72,73 @@ pub struct Entry {
     pub route: Option<Arc<str>>,
     /// The request id.
     pub id: RequestId,
-    /// `Referer`, if sent.
-    pub referer: Option<HeaderValue>,
-    /// `User-Agent`, if sent.
-    pub user_agent: Option<HeaderValue>,
+    /// Target, `Referer` and `User-Agent`.
+    pub text: RequestText,
 }
 
-/// The sending side: cheap to clone, never blocks.
-#[derive(Debug, Clone)]
+/// The request target (path and query, as received), `Referer` and
+/// `User-Agent`, copied into one allocation. Keeping the header values
+/// themselves would keep the connection's whole read buffer alive until the
+/// response is sent, and make the connection allocate a new one.
+#[derive(Debug, Default)]
+pub struct RequestText {
+    bytes: Vec<u8>,
+    target_end: usize,
+    referer_end: Option<usize>,
+    user_agent: bool,
+}
+
+impl RequestText {
+    /// Copies the three.
+    pub fn new(target: &str, referer: Option<&[u8]>, user_agent: Option<&[u8]>) -> RequestText {
+        let len = target.len() + referer.map_or(0, <[u8]>::len) + user_agent.map_or(0, <[u8]>::len);
+        let mut bytes = Vec::with_capacity(len);
+        bytes.extend_from_slice(target.as_bytes());
+        let target_end = bytes.len();
+        let referer_end = referer.map(|r| {
+            bytes.extend_from_slice(r);
+            bytes.len()
+        });
+        if let Some(ua) = user_agent {
+            bytes.extend_from_slice(ua);
+        }
+        RequestText {
+            bytes,
+            target_end,
+            referer_end,
+            user_agent: user_agent.is_some(),
+        }
+    }
+
+    fn target(&self) -> &[u8] {
+        &self.bytes[..self.target_end]
+    }
+
+    fn referer(&self) -> Option<&[u8]> {
+        self.referer_end
+            .map(|end| &self.bytes[self.target_end..end])
+    }
+
+    fn user_agent(&self) -> Option<&[u8]> {
+        let start = self.referer_end.unwrap_or(self.target_end);
+        self.user_agent.then(|| &self.bytes[start..])
+    }
+}
+
+/// The requests' side: cheap to clone, never blocks on the disk.
+#[derive(Clone)]
 pub struct AccessLog {
-    tx: SyncSender<Entry>,
-    dropped: Arc<Counter>,
-    reopen: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for AccessLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessLog")
+            .field("format", &self.shared.format)
+            .field("shards", &self.shared.shards.len())
+            .field("per_shard", &self.shared.per_shard)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The access log could not be opened.
@@ -95,50 +160,68 @@ impl AccessLog {
     ) -> Result<Option<AccessLog>, OpenError> {
         let out = match &config.access {
             AccessLogTarget::Off => return Ok(None),
-            AccessLogTarget::Stdout => Output::Stdout(BufWriter::new(io::stdout())),
+            AccessLogTarget::Stdout => Output::Stdout,
             AccessLogTarget::File(path) => Output::File {
-                file: BufWriter::new(open(path)?),
+                file: open(path)?,
                 path: path.clone(),
             },
         };
-        let (tx, rx) = sync_channel(config.buffer);
-        let reopen = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(Shared::new(config.format, config.buffer, dropped));
         let writer = Writer {
             out,
-            format: config.format,
-            reopen: reopen.clone(),
-            line: String::with_capacity(512),
-            clock: TimeText::default(),
+            spares: (0..shared.shards.len()).map(|_| Vec::new()).collect(),
+            shared: shared.clone(),
         };
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name("swan-access-log".to_owned())
-            .spawn(move || writer.run(&rx))
+            .spawn(move || writer.run())
             .map_err(|source| OpenError {
                 path: PathBuf::from("(writer thread)"),
                 source,
             })?;
-        Ok(Some(AccessLog {
-            tx,
-            dropped,
-            reopen,
-        }))
+        let _ = shared.writer.set(handle.thread().clone());
+        *lock(&shared.handle) = Some(handle);
+        Ok(Some(AccessLog { shared }))
     }
 
-    /// Queues a line; drops (and counts) it when the queue is full.
+    /// Formats `entry` into this thread's buffer; drops (and counts) it
+    /// when `buffer` lines are already waiting.
     #[inline]
-    pub fn log(&self, entry: Entry) {
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = self.tx.try_send(entry)
-        {
-            self.dropped.add(1);
+    pub fn log(&self, entry: &Entry) {
+        if self.shared.log(entry) {
+            // The first shard to half fill wakes the writer early.
+            if let Some(writer) = self.shared.writer.get() {
+                writer.unpark();
+            }
         }
     }
 
-    /// Reopens a file target before the next line (log rotation).
+    /// Reopens a file target before the next batch (log rotation).
     pub fn reopen(&self) {
-        self.reopen.store(true, Ordering::Relaxed);
-        // An empty wake-up is not needed: the flag is read before each
-        // batch, and a quiet log has nothing to write to the old file.
+        self.shared.reopen.store(true, Ordering::Relaxed);
+        // No wake-up needed: the flag is read before each batch, and a
+        // quiet log has nothing to write to the old file.
     }
+
+    /// Writes every waiting line and stops the writer; lines logged after
+    /// this are dropped and counted. Called once the server has stopped
+    /// serving, so nothing answered goes unlogged.
+    pub fn close(&self) {
+        self.shared.closing.store(true, Ordering::Release);
+        let handle = lock(&self.shared.handle).take();
+        if let Some(handle) = handle {
+            handle.thread().unpark();
+            if handle.join().is_err() {
+                tracing::error!("the access log writer panicked");
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these cannot leave it half changed in a
+    // way that matters: at worst a line is cut short.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn open(path: &PathBuf) -> Result<File, OpenError> {
@@ -152,29 +235,171 @@ fn open(path: &PathBuf) -> Result<File, OpenError> {
         })
 }
 
-enum Output {
-    Stdout(BufWriter<io::Stdout>),
-    File {
-        file: BufWriter<File>,
-        path: PathBuf,
-    },
+/// What the requests and the writer share.
+struct Shared {
+    format: AccessLogFormat,
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    /// Lines one shard holds before dropping: all shards together hold at
+    /// most `buffer`.
+    per_shard: usize,
+    dropped: Arc<Counter>,
+    reopen: AtomicBool,
+    closing: AtomicBool,
+    writer: OnceLock<Thread>,
+    handle: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl Output {
-    fn writer(&mut self) -> &mut dyn Write {
-        match self {
-            Output::Stdout(w) => w,
-            Output::File { file, .. } => file,
+/// One worker's waiting lines.
+#[derive(Default)]
+struct Shard {
+    text: Vec<u8>,
+    lines: usize,
+    clock: TimeText,
+}
+
+impl Shared {
+    fn new(format: AccessLogFormat, buffer: usize, dropped: Arc<Counter>) -> Shared {
+        let shards = SHARDS.min(buffer).max(1);
+        Shared {
+            format,
+            shards: (0..shards)
+                .map(|_| CachePadded::new(Mutex::default()))
+                .collect(),
+            per_shard: (buffer / shards).max(1),
+            dropped,
+            reopen: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            writer: OnceLock::new(),
+            handle: Mutex::new(None),
         }
     }
+
+    /// Adds `e`'s line to this thread's shard; true when that shard has
+    /// just reached half its room (time to wake the writer).
+    fn log(&self, e: &Entry) -> bool {
+        let shard = &self.shards[shard_index() % self.shards.len()];
+        let mut shard = lock(shard);
+        if shard.lines >= self.per_shard || self.closing.load(Ordering::Relaxed) {
+            drop(shard);
+            self.dropped.add(1);
+            return false;
+        }
+        let Shard { text, lines, clock } = &mut *shard;
+        let time = clock.of(e.time, self.format);
+        match self.format {
+            AccessLogFormat::Combined => combined(text, time, e),
+            AccessLogFormat::Json => json(text, time, e),
+        }
+        text.push(b'\n');
+        *lines += 1;
+        *lines == self.per_shard.div_ceil(2)
+    }
+
+    /// Swaps shard `i`'s lines for `spare` (empty); false if it had none.
+    fn take(&self, i: usize, spare: &mut Vec<u8>) -> bool {
+        let mut shard = lock(&self.shards[i]);
+        if shard.lines == 0 {
+            return false;
+        }
+        std::mem::swap(&mut shard.text, spare);
+        shard.lines = 0;
+        true
+    }
+}
+
+enum Output {
+    Stdout,
+    File { file: File, path: PathBuf },
 }
 
 struct Writer {
     out: Output,
-    format: AccessLogFormat,
-    reopen: Arc<AtomicBool>,
-    line: String,
-    clock: TimeText,
+    shared: Arc<Shared>,
+    /// One empty buffer per shard, swapped for the shard's lines.
+    spares: Vec<Vec<u8>>,
+}
+
+impl Writer {
+    fn run(mut self) {
+        // Sleeps BATCH_EVERY (or until a shard half fills, or close), then
+        // writes what each shard holds. Never waiting on a lock or channel
+        // the requests signal means a request has no sleeping thread to
+        // wake: that cost a futex wake and a context switch per request,
+        // 62% of static throughput at 100 connections on 2 cores
+        // (BENCHMARKS.md).
+        loop {
+            std::thread::park_timeout(BATCH_EVERY);
+            // Read before the batch: a line logged before `close` set it
+            // is in this batch.
+            let closing = self.shared.closing.load(Ordering::Acquire);
+            if self.shared.reopen.swap(false, Ordering::Relaxed) {
+                self.reopen_file();
+            }
+            self.write_batch();
+            // Closed, or every handle gone (an app dropped without close).
+            if closing || Arc::strong_count(&self.shared) == 1 {
+                self.write_batch();
+                return;
+            }
+        }
+    }
+
+    /// Takes every shard's lines and writes them with one `writev`: one
+    /// batch is one append (and one event for whoever watches the file).
+    fn write_batch(&mut self) {
+        let mut taken = 0;
+        for (i, spare) in self.spares.iter_mut().enumerate() {
+            if self.shared.take(i, spare) {
+                taken += 1;
+            }
+        }
+        if taken == 0 {
+            return;
+        }
+        let mut slices: Vec<IoSlice<'_>> = self
+            .spares
+            .iter()
+            .filter(|s| !s.is_empty())
+            .map(|s| IoSlice::new(s))
+            .collect();
+        let written = match &mut self.out {
+            Output::Stdout => write_all_vectored(&mut io::stdout().lock(), &mut slices),
+            Output::File { file, .. } => write_all_vectored(file, &mut slices),
+        };
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "cannot write the access log");
+        }
+        for spare in &mut self.spares {
+            spare.clear();
+            spare.shrink_to(KEEP_CAPACITY);
+        }
+    }
+
+    fn reopen_file(&mut self) {
+        if let Output::File { file, path } = &mut self.out {
+            match open(path) {
+                Ok(f) => {
+                    *file = f;
+                    tracing::info!(path = %path.display(), "access log reopened");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot reopen the access log; still writing to the old file")
+                }
+            }
+        }
+    }
+}
+
+fn write_all_vectored(out: &mut impl Write, mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
+    while !slices.is_empty() {
+        match out.write_vectored(slices) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut slices, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// A line's timestamp. The second is formatted once: a busy log writes
@@ -190,7 +415,6 @@ impl TimeText {
     /// Combined: `10/Oct/2000:13:55:36 +0000`; JSON: RFC 3339 in UTC with
     /// milliseconds, `2000-10-10T13:55:36.153Z`.
     fn of(&mut self, time: SystemTime, format: AccessLogFormat) -> &str {
-        use std::fmt::Write as _;
         let at = OffsetDateTime::from(time);
         let second = at.unix_timestamp();
         if self.second != Some((second, format)) {
@@ -206,70 +430,13 @@ impl TimeText {
         }
         self.text.clear();
         self.text.push_str(&self.formatted);
-        let _ = write!(self.text, ".{:03}Z", at.millisecond());
+        let ms = at.millisecond();
+        self.text.push('.');
+        for digit in [ms / 100, ms / 10 % 10, ms % 10] {
+            self.text.push(char::from(b'0' + digit as u8));
+        }
+        self.text.push('Z');
         &self.text
-    }
-}
-
-impl Writer {
-    fn run(mut self, rx: &Receiver<Entry>) {
-        // Wakes on its own every BATCH_EVERY, takes everything waiting and
-        // flushes once; ends when every sender is gone. Never blocking in
-        // `recv` means a request's `try_send` never has a sleeping thread
-        // to wake: blocking there cost a futex wake and a context switch
-        // per request, 62% of static throughput at 100 connections on 2
-        // cores (BENCHMARKS.md).
-        loop {
-            std::thread::sleep(BATCH_EVERY);
-            if self.reopen.swap(false, Ordering::Relaxed) {
-                self.reopen_file();
-            }
-            let mut wrote = false;
-            let ended = loop {
-                match rx.try_recv() {
-                    Ok(entry) => {
-                        self.write(&entry);
-                        wrote = true;
-                    }
-                    Err(TryRecvError::Empty) => break false,
-                    Err(TryRecvError::Disconnected) => break true,
-                }
-            };
-            if wrote && let Err(e) = self.out.writer().flush() {
-                tracing::warn!(error = %e, "cannot write the access log");
-            }
-            if ended {
-                return;
-            }
-        }
-    }
-
-    fn reopen_file(&mut self) {
-        if let Output::File { file, path } = &mut self.out {
-            let _ = file.flush();
-            match open(path) {
-                Ok(f) => {
-                    *file = BufWriter::new(f);
-                    tracing::info!(path = %path.display(), "access log reopened");
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot reopen the access log; still writing to the old file")
-                }
-            }
-        }
-    }
-
-    fn write(&mut self, e: &Entry) {
-        self.line.clear();
-        let time = self.clock.of(e.time, self.format);
-        match self.format {
-            AccessLogFormat::Combined => combined(&mut self.line, time, e),
-            AccessLogFormat::Json => json(&mut self.line, time, e),
-        }
-        self.line.push('\n');
-        if let Err(err) = self.out.writer().write_all(self.line.as_bytes()) {
-            tracing::warn!(error = %err, "cannot write the access log");
-        }
     }
 }
 
@@ -283,75 +450,143 @@ fn version(v: Version) -> &'static str {
     }
 }
 
+fn number(out: &mut Vec<u8>, n: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+fn address(out: &mut Vec<u8>, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                number(out, octet);
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
+/// Seconds with microseconds, NGINX's `$request_time` to the microsecond:
+/// `0.000153`.
+fn seconds(out: &mut Vec<u8>, d: Duration) {
+    number(out, d.as_secs());
+    out.push(b'.');
+    let micros = d.subsec_micros();
+    let mut digits = [b'0'; 6];
+    let mut rest = micros;
+    for digit in digits.iter_mut().rev() {
+        *digit = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    out.extend_from_slice(&digits);
+}
+
 /// A header value as log text: `-` when absent, quotes and control bytes
 /// escaped (NGINX's `\xHH` convention), so a line cannot be forged.
-fn quoted(out: &mut String, v: Option<&[u8]>) {
+fn quoted(out: &mut Vec<u8>, v: Option<&[u8]>) {
     match v {
-        None => out.push('-'),
+        None => out.push(b'-'),
         Some(bytes) => escape(out, bytes),
     }
 }
 
-fn escape(out: &mut String, bytes: &[u8]) {
-    use std::fmt::Write as _;
+fn escape(out: &mut Vec<u8>, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let plain = |b: &u8| *b != b'"' && *b != b'\\' && (0x20..0x7f).contains(b);
     let mut rest = bytes;
     while !rest.is_empty() {
         let run = rest.iter().position(|b| !plain(b)).unwrap_or(rest.len());
-        // Printable ASCII: valid UTF-8 as it is.
-        out.push_str(std::str::from_utf8(&rest[..run]).unwrap_or_default());
-        if let Some(b) = rest.get(run) {
-            let _ = write!(out, "\\x{b:02X}");
-            rest = &rest[run + 1..];
-        } else {
-            rest = &[];
+        out.extend_from_slice(&rest[..run]);
+        match rest.get(run) {
+            Some(&b) => {
+                out.extend_from_slice(&[
+                    b'\\',
+                    b'x',
+                    HEX[usize::from(b >> 4)],
+                    HEX[usize::from(b & 0xf)],
+                ]);
+                rest = &rest[run + 1..];
+            }
+            None => rest = &[],
         }
     }
 }
 
 /// NGINX's combined format, then request time in seconds, site, route and
 /// request id:
-/// `203.0.113.7 - - [10/Oct/2000:13:55:36 +0000] "GET /a HTTP/1.1" 200 512 "-" "curl/8.0" 0.000153 main /api 4f2a`
-fn combined(out: &mut String, time: &str, e: &Entry) {
-    use std::fmt::Write as _;
-    let _ = write!(out, "{} - - [{time}] \"{} ", e.client.ip(), e.method);
-    escape(out, e.target.as_bytes());
-    let _ = write!(out, " {}\" {} {} \"", version(e.version), e.status, e.bytes);
-    quoted(out, e.referer.as_ref().map(HeaderValue::as_bytes));
-    out.push_str("\" \"");
-    quoted(out, e.user_agent.as_ref().map(HeaderValue::as_bytes));
-    let _ = write!(
-        out,
-        "\" {:.6} {} {} {}",
-        e.duration.as_secs_f64(),
-        e.site,
-        e.route.as_deref().unwrap_or("-"),
-        e.id
-    );
+/// `203.0.113.7 - - [10/Oct/2000:13:55:36 +0000] "GET /a HTTP/1.1" 200 512 "-" "curl/8.0" 0.000153 main /api 4f2a…`
+fn combined(out: &mut Vec<u8>, time: &str, e: &Entry) {
+    address(out, e.client.ip());
+    out.extend_from_slice(b" - - [");
+    out.extend_from_slice(time.as_bytes());
+    out.extend_from_slice(b"] \"");
+    // A method is a token: no quotes, spaces or backslashes.
+    out.extend_from_slice(e.method.as_str().as_bytes());
+    out.push(b' ');
+    escape(out, e.text.target());
+    out.push(b' ');
+    out.extend_from_slice(version(e.version).as_bytes());
+    out.extend_from_slice(b"\" ");
+    number(out, e.status);
+    out.push(b' ');
+    number(out, e.bytes);
+    out.extend_from_slice(b" \"");
+    quoted(out, e.text.referer());
+    out.extend_from_slice(b"\" \"");
+    quoted(out, e.text.user_agent());
+    out.extend_from_slice(b"\" ");
+    seconds(out, e.duration);
+    out.push(b' ');
+    escape(out, e.site.as_bytes());
+    out.push(b' ');
+    quoted(out, e.route.as_deref().map(str::as_bytes));
+    out.push(b' ');
+    out.extend_from_slice(&e.id.hex());
+}
+
+/// A JSON string (or `null`); bytes that are not UTF-8 become U+FFFD.
+fn json_text(out: &mut Vec<u8>, v: Option<&[u8]>) {
+    match v {
+        None => out.extend_from_slice(b"null"),
+        Some(bytes) => {
+            let _ = serde_json::to_writer(&mut *out, &*String::from_utf8_lossy(bytes));
+        }
+    }
 }
 
 /// One JSON object per line.
-fn json(out: &mut String, time: &str, e: &Entry) {
-    let text = |v: &Option<HeaderValue>| {
-        v.as_ref()
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-    };
-    let line = serde_json::json!({
-        "time": time,
-        "remote": e.client.ip().to_string(),
-        "method": e.method.as_str(),
-        "path": e.target,
-        "protocol": version(e.version),
-        "status": e.status,
-        "bytes": e.bytes,
-        "duration_ms": e.duration.as_secs_f64() * 1000.0,
-        "site": &*e.site,
-        "route": e.route.as_deref(),
-        "request_id": e.id.to_string(),
-        "referer": text(&e.referer),
-        "user_agent": text(&e.user_agent),
-    });
-    out.push_str(&line.to_string());
+fn json(out: &mut Vec<u8>, time: &str, e: &Entry) {
+    out.extend_from_slice(b"{\"time\":\"");
+    out.extend_from_slice(time.as_bytes());
+    out.extend_from_slice(b"\",\"remote\":\"");
+    address(out, e.client.ip());
+    out.extend_from_slice(b"\",\"method\":");
+    json_text(out, Some(e.method.as_str().as_bytes()));
+    out.extend_from_slice(b",\"path\":");
+    json_text(out, Some(e.text.target()));
+    out.extend_from_slice(b",\"protocol\":\"");
+    out.extend_from_slice(version(e.version).as_bytes());
+    out.extend_from_slice(b"\",\"status\":");
+    number(out, e.status);
+    out.extend_from_slice(b",\"bytes\":");
+    number(out, e.bytes);
+    out.extend_from_slice(b",\"duration_ms\":");
+    let _ = serde_json::to_writer(&mut *out, &(e.duration.as_secs_f64() * 1000.0));
+    out.extend_from_slice(b",\"site\":");
+    json_text(out, Some(e.site.as_bytes()));
+    out.extend_from_slice(b",\"route\":");
+    json_text(out, e.route.as_deref().map(str::as_bytes));
+    out.extend_from_slice(b",\"request_id\":\"");
+    out.extend_from_slice(&e.id.hex());
+    out.extend_from_slice(b"\",\"referer\":");
+    json_text(out, e.text.referer());
+    out.extend_from_slice(b",\"user_agent\":");
+    json_text(out, e.text.user_agent());
+    out.push(b'}');
 }
 
 #[cfg(test)]
@@ -363,7 +598,6 @@ mod tests {
             time: SystemTime::UNIX_EPOCH + Duration::from_secs(971_186_136),
             client: SocketAddr::from(([203, 0, 113, 7], 5000)),
             method: Method::GET,
-            target: "/a?b=\"c\"".to_owned(),
             version: Version::HTTP_11,
             status: 200,
             bytes: 512,
@@ -371,14 +605,17 @@ mod tests {
             site: Arc::from("main"),
             route: None,
             id: RequestId::next(),
-            referer: None,
-            user_agent: Some(HeaderValue::from_static("curl/8.0 \"x\"")),
+            text: RequestText::new("/a?b=\"c\"", None, Some(b"curl/8.0 \"x\"")),
         }
+    }
+
+    fn text(bytes: Vec<u8>) -> String {
+        String::from_utf8(bytes).expect("log lines are UTF-8")
     }
 
     #[test]
     fn combined_lines_look_like_nginx_and_cannot_be_forged() {
-        let mut line = String::new();
+        let mut line = Vec::new();
         let e = entry();
         combined(
             &mut line,
@@ -386,12 +623,49 @@ mod tests {
             &e,
         );
         assert_eq!(
-            line,
+            text(line),
             format!(
                 "203.0.113.7 - - [10/Oct/2000:13:55:36 +0000] \"GET /a?b=\\x22c\\x22 HTTP/1.1\" 200 512 \"-\" \"curl/8.0 \\x22x\\x22\" 0.000153 main - {}",
                 e.id
             )
         );
+        // Every part present, IPv6, whole seconds, a route with a space.
+        let e = Entry {
+            client: SocketAddr::from(([0x2001, 0xdb8, 0, 0, 0, 0, 0, 1], 443)),
+            method: Method::POST,
+            version: Version::HTTP_2,
+            status: 503,
+            bytes: 0,
+            duration: Duration::new(12, 3_000),
+            route: Some(Arc::from("/my app")),
+            text: RequestText::new("/", Some(b"http://r.example/"), Some(b"ua")),
+            ..entry()
+        };
+        let mut line = Vec::new();
+        combined(&mut line, "T", &e);
+        assert_eq!(
+            text(line),
+            format!(
+                "2001:db8::1 - - [T] \"POST / HTTP/2.0\" 503 0 \"http://r.example/\" \"ua\" 12.000003 main /my app {}",
+                e.id
+            )
+        );
+    }
+
+    #[test]
+    fn request_text_keeps_each_part_whichever_are_missing() {
+        for (referer, ua) in [
+            (None, None),
+            (Some(&b"r"[..]), None),
+            (None, Some(&b"u"[..])),
+            (Some(&b""[..]), Some(&b"u"[..])),
+            (Some(&b"ref"[..]), Some(&b""[..])),
+        ] {
+            let t = RequestText::new("/t?q", referer, ua);
+            assert_eq!(t.target(), b"/t?q");
+            assert_eq!(t.referer(), referer);
+            assert_eq!(t.user_agent(), ua);
+        }
     }
 
     #[test]
@@ -411,6 +685,10 @@ mod tests {
             clock.of(later, AccessLogFormat::Json),
             "2000-10-10T13:55:36.999Z"
         );
+        assert_eq!(
+            clock.of(t + Duration::from_millis(7), AccessLogFormat::Json),
+            "2000-10-10T13:55:36.007Z"
+        );
         let next = t + Duration::from_secs(1);
         assert_eq!(
             clock.of(next, AccessLogFormat::Combined),
@@ -420,25 +698,119 @@ mod tests {
 
     #[test]
     fn escaping_keeps_plain_runs_and_hex_escapes_the_rest() {
-        let mut out = String::new();
+        let mut out = Vec::new();
         escape(&mut out, b"/a b\"c\\d\x01\xffe");
-        assert_eq!(out, "/a b\\x22c\\x5Cd\\x01\\xFFe");
+        assert_eq!(text(out), "/a b\\x22c\\x5Cd\\x01\\xFFe");
+        let mut out = Vec::new();
+        escape(&mut out, b"\"");
+        assert_eq!(text(out), "\\x22");
     }
 
     #[test]
     fn json_lines_parse_back() {
-        let mut line = String::new();
-        let e = entry();
+        let mut line = Vec::new();
+        let e = Entry {
+            text: RequestText::new("/a?b=\"c\"", Some(b"\xff\n"), Some(b"curl/8.0 \"x\"")),
+            route: Some(Arc::from("/api")),
+            ..entry()
+        };
         json(
             &mut line,
             TimeText::default().of(e.time, AccessLogFormat::Json),
             &e,
         );
-        let v: serde_json::Value = serde_json::from_str(&line).expect("valid JSON");
+        let v: serde_json::Value = serde_json::from_slice(&line).expect("valid JSON");
         assert_eq!(v["status"], 200);
+        assert_eq!(v["bytes"], 512);
+        assert_eq!(v["method"], "GET");
+        assert_eq!(v["remote"], "203.0.113.7");
+        assert_eq!(v["protocol"], "HTTP/1.1");
         assert_eq!(v["path"], "/a?b=\"c\"");
         assert_eq!(v["time"], "2000-10-10T13:55:36.000Z");
         assert_eq!(v["user_agent"], "curl/8.0 \"x\"");
-        assert!(v["referer"].is_null());
+        assert_eq!(v["referer"], "\u{fffd}\n");
+        assert_eq!(v["site"], "main");
+        assert_eq!(v["route"], "/api");
+        assert_eq!(v["request_id"], e.id.to_string());
+        assert!((v["duration_ms"].as_f64().expect("a number") - 0.153).abs() < 1e-9);
+        let mut line = Vec::new();
+        json(&mut line, "T", &entry());
+        let v: serde_json::Value = serde_json::from_slice(&line).expect("valid JSON");
+        assert!(v["referer"].is_null() && v["route"].is_null());
+    }
+
+    #[test]
+    fn past_the_buffer_lines_are_dropped_and_counted_until_the_writer_takes_them() {
+        let dropped = Arc::new(Counter::default());
+        // Four lines of room: one shard per line at most, one line each.
+        let shared = Shared::new(AccessLogFormat::Combined, 4, dropped.clone());
+        assert_eq!((shared.shards.len(), shared.per_shard), (4, 1));
+        let e = entry();
+        assert!(shared.log(&e), "the shard is full: wake the writer");
+        assert!(!shared.log(&e));
+        assert_eq!(dropped.get(), 1);
+        let i = shard_index() % shared.shards.len();
+        let mut spare = Vec::new();
+        assert!(shared.take(i, &mut spare));
+        assert_eq!(spare.iter().filter(|b| **b == b'\n').count(), 1);
+        assert!(!shared.take(i, &mut Vec::new()), "nothing left");
+        // Room again once the writer took the lines.
+        assert!(shared.log(&e));
+        assert_eq!(dropped.get(), 1);
+        // The default: 16 shards of 1,024 lines.
+        let shared = Shared::new(AccessLogFormat::Json, 16_384, dropped);
+        assert_eq!((shared.shards.len(), shared.per_shard), (16, 1024));
+    }
+
+    #[test]
+    fn close_writes_every_line_from_every_thread_in_each_threads_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("access.log");
+        let config = LogConfig {
+            access: AccessLogTarget::File(path.clone()),
+            format: AccessLogFormat::Combined,
+            buffer: 1 << 20,
+        };
+        let dropped = Arc::new(Counter::default());
+        let log = AccessLog::start(&config, dropped.clone())
+            .expect("opens")
+            .expect("on");
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let log = log.clone();
+                s.spawn(move || {
+                    for n in 0..5_000u64 {
+                        log.log(&Entry {
+                            bytes: t * 1_000_000 + n,
+                            ..entry()
+                        });
+                    }
+                });
+            }
+        });
+        log.close();
+        assert_eq!(dropped.get(), 0);
+        let written = std::fs::read_to_string(&path).expect("log");
+        let mut last = [None::<u64>; 4];
+        let mut lines = 0;
+        for line in written.lines() {
+            lines += 1;
+            let bytes: u64 = line
+                .split(' ')
+                .nth(9)
+                .and_then(|b| b.parse().ok())
+                .expect("a byte count");
+            let (t, n) = ((bytes / 1_000_000) as usize, bytes % 1_000_000);
+            assert!(
+                last[t].is_none_or(|l| l + 1 == n),
+                "thread {t}: {n} after {:?}",
+                last[t]
+            );
+            last[t] = Some(n);
+        }
+        assert_eq!(lines, 20_000);
+        // After close nothing more is written; it is counted instead.
+        log.log(&entry());
+        assert_eq!(dropped.get(), 1);
     }
 }

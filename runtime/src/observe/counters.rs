@@ -16,7 +16,7 @@ pub const LATENCY_BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 /// Shards per counter set (threads beyond this share shards).
-const SHARDS: usize = 16;
+pub(crate) const SHARDS: usize = 16;
 /// Status classes counted: 1xx to 5xx, and anything else.
 pub const STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
 
@@ -84,8 +84,8 @@ thread_local! {
     static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
-/// This thread's shard.
-fn shard_index() -> usize {
+/// This thread's shard, `0..16`.
+pub(crate) fn shard_index() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     SHARD.with(|s| {
         let mut i = s.get();

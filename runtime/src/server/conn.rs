@@ -115,7 +115,9 @@ pub(crate) fn service(
             Ok::<_, Infallible>(res.map(|body| SentBody {
                 inner: body,
                 _sending: sending,
-                exchange,
+                // Finishing needs the app: the clone made for this request
+                // goes with the body.
+                exchange: exchange.map(|e| (e, app)),
                 bytes: 0,
             }))
         }
@@ -250,14 +252,14 @@ impl Drop for OpenConnection {
 pub(crate) struct SentBody {
     inner: Body,
     _sending: Sending,
-    exchange: Option<Exchange>,
+    exchange: Option<(Exchange, Arc<App>)>,
     bytes: u64,
 }
 
 impl Drop for SentBody {
     fn drop(&mut self) {
-        if let Some(exchange) = self.exchange.take() {
-            exchange.finish(self.bytes);
+        if let Some((exchange, app)) = self.exchange.take() {
+            exchange.finish(&app.observe, self.bytes);
         }
     }
 }

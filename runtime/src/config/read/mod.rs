@@ -131,7 +131,7 @@ pub(crate) fn document(
     });
     let log = match root.table(diag, "log") {
         Some(mut t) => {
-            let l = ops::log(&mut t, diag, base);
+            let l = ops::log(&mut t, diag, base, &mut positions.access_log);
             t.finish(diag, ops::LOG_KEYS);
             l
         }

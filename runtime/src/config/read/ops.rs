@@ -222,9 +222,11 @@ pub(super) fn log(
     t: &mut TableReader<'_, '_>,
     diag: &mut Diagnostics<'_>,
     base: &Path,
+    position: &mut Option<std::ops::Range<usize>>,
 ) -> LogConfig {
     let mut l = LogConfig::default();
     if let Some(v) = t.string(diag, "access") {
+        *position = Some(v.span());
         l.access = match v.get_ref().as_str() {
             "off" | "" => AccessLogTarget::Off,
             "stdout" | "-" => AccessLogTarget::Stdout,
