@@ -5,20 +5,21 @@
 //! no other core takes but the writer's, every 20 ms): no queue, no
 //! allocation, nothing read again from another core's cache. The writer
 //! thread wakes every 20 ms, swaps each shard's buffer for an empty one and
-//! writes it with one `write`. Requests never wait for the disk: past
+//! writes them, merged back into the order the lines were logged, with one
+//! `write`. Requests never wait for the disk: past
 //! `buffer` lines waiting, a line is dropped and counted
 //! (`swan_access_log_dropped_total`). A file target is reopened on request
 //! (SIGUSR1), so `logrotate` can move it away and have swan write a new one;
 //! [`AccessLog::close`] writes what is left when the server stops.
 //!
-//! Order: each worker's lines are in the order its responses finished; the
-//! lines of one 20 ms batch are grouped by worker.
+//! Order: lines are written in the order they were logged (each is
+//! numbered as it is logged).
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, IoSlice, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, SystemTime};
@@ -169,7 +170,9 @@ impl AccessLog {
         let shared = Arc::new(Shared::new(config.format, config.buffer, dropped));
         let writer = Writer {
             out,
-            spares: (0..shared.shards.len()).map(|_| Vec::new()).collect(),
+            spares: (0..shared.shards.len()).map(|_| Lines::default()).collect(),
+            merged: Vec::new(),
+            order: Vec::new(),
             shared: shared.clone(),
         };
         let handle = std::thread::Builder::new()
@@ -245,6 +248,8 @@ struct Shared {
     dropped: Arc<Counter>,
     reopen: AtomicBool,
     closing: AtomicBool,
+    /// Numbers the lines in the order they were logged, across shards.
+    sequence: CachePadded<AtomicU64>,
     writer: OnceLock<Thread>,
     handle: Mutex<Option<JoinHandle<()>>>,
 }
@@ -252,9 +257,16 @@ struct Shared {
 /// One worker's waiting lines.
 #[derive(Default)]
 struct Shard {
-    text: Vec<u8>,
-    lines: usize,
+    lines: Lines,
     clock: TimeText,
+}
+
+/// Lines, and where each ends with its number: the writer puts the lines
+/// of all shards back in the order they were logged.
+#[derive(Default)]
+struct Lines {
+    text: Vec<u8>,
+    ends: Vec<(u64, usize)>,
 }
 
 impl Shared {
@@ -269,6 +281,7 @@ impl Shared {
             dropped,
             reopen: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            sequence: CachePadded::new(AtomicU64::new(0)),
             writer: OnceLock::new(),
             handle: Mutex::new(None),
         }
@@ -279,30 +292,30 @@ impl Shared {
     fn log(&self, e: &Entry) -> bool {
         let shard = &self.shards[shard_index() % self.shards.len()];
         let mut shard = lock(shard);
-        if shard.lines >= self.per_shard || self.closing.load(Ordering::Relaxed) {
+        if shard.lines.ends.len() >= self.per_shard || self.closing.load(Ordering::Relaxed) {
             drop(shard);
             self.dropped.add(1);
             return false;
         }
-        let Shard { text, lines, clock } = &mut *shard;
+        let Shard { lines, clock } = &mut *shard;
         let time = clock.of(e.time, self.format);
         match self.format {
-            AccessLogFormat::Combined => combined(text, time, e),
-            AccessLogFormat::Json => json(text, time, e),
+            AccessLogFormat::Combined => combined(&mut lines.text, time, e),
+            AccessLogFormat::Json => json(&mut lines.text, time, e),
         }
-        text.push(b'\n');
-        *lines += 1;
-        *lines == self.per_shard.div_ceil(2)
+        lines.text.push(b'\n');
+        let n = self.sequence.fetch_add(1, Ordering::Relaxed);
+        lines.ends.push((n, lines.text.len()));
+        lines.ends.len() == self.per_shard.div_ceil(2)
     }
 
     /// Swaps shard `i`'s lines for `spare` (empty); false if it had none.
-    fn take(&self, i: usize, spare: &mut Vec<u8>) -> bool {
+    fn take(&self, i: usize, spare: &mut Lines) -> bool {
         let mut shard = lock(&self.shards[i]);
-        if shard.lines == 0 {
+        if shard.lines.ends.is_empty() {
             return false;
         }
-        std::mem::swap(&mut shard.text, spare);
-        shard.lines = 0;
+        std::mem::swap(&mut shard.lines, spare);
         true
     }
 }
@@ -316,7 +329,11 @@ struct Writer {
     out: Output,
     shared: Arc<Shared>,
     /// One empty buffer per shard, swapped for the shard's lines.
-    spares: Vec<Vec<u8>>,
+    spares: Vec<Lines>,
+    /// The lines of several shards, in the order they were logged.
+    merged: Vec<u8>,
+    /// (number, shard, start, end) of each line taken.
+    order: Vec<(u64, usize, usize, usize)>,
 }
 
 impl Writer {
@@ -344,35 +361,53 @@ impl Writer {
         }
     }
 
-    /// Takes every shard's lines and writes them with one `writev`: one
-    /// batch is one append (and one event for whoever watches the file).
+    /// Takes every shard's lines and writes them, in the order they were
+    /// logged, with one `write`: one batch is one append (and one event for
+    /// whoever watches the file).
     fn write_batch(&mut self) {
-        let mut taken = 0;
+        let mut taken = Vec::new();
         for (i, spare) in self.spares.iter_mut().enumerate() {
             if self.shared.take(i, spare) {
-                taken += 1;
+                taken.push(i);
             }
         }
-        if taken == 0 {
-            return;
-        }
-        let mut slices: Vec<IoSlice<'_>> = self
-            .spares
-            .iter()
-            .filter(|s| !s.is_empty())
-            .map(|s| IoSlice::new(s))
-            .collect();
+        let text: &[u8] = match taken.as_slice() {
+            [] => return,
+            [one] => &self.spares[*one].text,
+            _ => {
+                self.order.clear();
+                for &i in &taken {
+                    let mut start = 0;
+                    for &(n, end) in &self.spares[i].ends {
+                        self.order.push((n, i, start, end));
+                        start = end;
+                    }
+                }
+                self.order.sort_unstable_by_key(|line| line.0);
+                self.merged.clear();
+                for &(_, i, start, end) in &self.order {
+                    self.merged
+                        .extend_from_slice(&self.spares[i].text[start..end]);
+                }
+                &self.merged
+            }
+        };
         let written = match &mut self.out {
-            Output::Stdout => write_all_vectored(&mut io::stdout().lock(), &mut slices),
-            Output::File { file, .. } => write_all_vectored(file, &mut slices),
+            Output::Stdout => io::stdout().lock().write_all(text),
+            Output::File { file, .. } => file.write_all(text),
         };
         if let Err(e) = written {
             tracing::warn!(error = %e, "cannot write the access log");
         }
         for spare in &mut self.spares {
-            spare.clear();
-            spare.shrink_to(KEEP_CAPACITY);
+            spare.text.clear();
+            spare.ends.clear();
+            spare.text.shrink_to(KEEP_CAPACITY);
+            spare.ends.shrink_to(KEEP_CAPACITY / 64);
         }
+        self.merged.clear();
+        self.merged.shrink_to(KEEP_CAPACITY);
+        self.order.shrink_to(KEEP_CAPACITY / 64);
     }
 
     fn reopen_file(&mut self) {
@@ -388,18 +423,6 @@ impl Writer {
             }
         }
     }
-}
-
-fn write_all_vectored(out: &mut impl Write, mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
-    while !slices.is_empty() {
-        match out.write_vectored(slices) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut slices, n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// A line's timestamp. The second is formatted once: a busy log writes
@@ -750,10 +773,11 @@ mod tests {
         assert!(!shared.log(&e));
         assert_eq!(dropped.get(), 1);
         let i = shard_index() % shared.shards.len();
-        let mut spare = Vec::new();
+        let mut spare = Lines::default();
         assert!(shared.take(i, &mut spare));
-        assert_eq!(spare.iter().filter(|b| **b == b'\n').count(), 1);
-        assert!(!shared.take(i, &mut Vec::new()), "nothing left");
+        assert_eq!(spare.text.iter().filter(|b| **b == b'\n').count(), 1);
+        assert_eq!(spare.ends, [(0, spare.text.len())]);
+        assert!(!shared.take(i, &mut Lines::default()), "nothing left");
         // Room again once the writer took the lines.
         assert!(shared.log(&e));
         assert_eq!(dropped.get(), 1);
@@ -775,6 +799,18 @@ mod tests {
         let log = AccessLog::start(&config, dropped.clone())
             .expect("opens")
             .expect("on");
+        // One line each from threads made one after the other: different
+        // shards, written in the order they were logged.
+        for n in 0..6u64 {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    log.log(&Entry {
+                        bytes: 9_000_000 + n,
+                        ..entry()
+                    })
+                });
+            });
+        }
         std::thread::scope(|s| {
             for t in 0..4u64 {
                 let log = log.clone();
@@ -791,7 +827,7 @@ mod tests {
         log.close();
         assert_eq!(dropped.get(), 0);
         let written = std::fs::read_to_string(&path).expect("log");
-        let mut last = [None::<u64>; 4];
+        let mut last = [None::<u64>; 10];
         let mut lines = 0;
         for line in written.lines() {
             lines += 1;
@@ -808,7 +844,7 @@ mod tests {
             );
             last[t] = Some(n);
         }
-        assert_eq!(lines, 20_000);
+        assert_eq!(lines, 20_006);
         // After close nothing more is written; it is counted instead.
         log.log(&entry());
         assert_eq!(dropped.get(), 1);
