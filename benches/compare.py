@@ -126,8 +126,8 @@ def wait_port(port, proc, timeout=60):
     raise RuntimeError(f"nothing listens on {HOST}:{port}")
 
 
-def tree_rss_kib(pid):
-    """RSS of a process and all its descendants, in KiB."""
+def tree_pids(pid):
+    """A process and all its descendants."""
     children = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -135,10 +135,18 @@ def tree_rss_kib(pid):
             children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
         except (OSError, IndexError, ValueError):
             pass
-    total, todo = 0, [pid]
+    pids, todo = [], [pid]
     while todo:
         p = todo.pop()
+        pids.append(p)
         todo.extend(children.get(p, []))
+    return pids
+
+
+def tree_rss_kib(pid):
+    """RSS of a process and all its descendants, in KiB."""
+    total = 0
+    for p in tree_pids(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -150,20 +158,14 @@ def tree_rss_kib(pid):
 
 def tree_cpu_seconds(pid):
     """CPU time (user + system) of a process and all its descendants."""
-    children, times = {}, {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    ticks = 0
+    for p in tree_pids(pid):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-            times[int(stat.parent.name)] = int(fields[11]) + int(fields[12])
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
         except (OSError, IndexError, ValueError):
             pass
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        todo.extend(children.get(p, []))
-        total += times.get(p, 0)
-    return total / os.sysconf("SC_CLK_TCK")
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 class Server:

@@ -265,7 +265,8 @@ impl Writer {
                 self.reopen_file();
             }
             self.write_batch();
-            // Closed, or every handle gone (an app dropped without close).
+            // Closed, or every handle gone (an app dropped without close):
+            // once more for a line that raced with the flag.
             if closing || Arc::strong_count(&self.shared) == 1 {
                 self.write_batch();
                 return;
@@ -379,18 +380,39 @@ mod tests {
         let log = AccessLog::start(&config, dropped.clone())
             .expect("opens")
             .expect("on");
-        // One line each from threads made one after the other: different
-        // shards, written in the order they were logged.
-        for n in 0..6u64 {
-            std::thread::scope(|s| {
-                s.spawn(|| {
-                    log.log(&Entry {
-                        bytes: 9_000_000 + n,
-                        ..entry()
-                    })
+        // Six threads on six shards log one line each, one after the other,
+        // in the reverse order of their shards: a writer that wrote the
+        // lines shard by shard would reverse them.
+        std::thread::scope(|s| {
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+            let mut turns = Vec::new();
+            for t in 0..6 {
+                let (go_tx, go_rx) = std::sync::mpsc::channel::<u64>();
+                let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+                turns.push((go_tx, done_rx));
+                let (ready, log) = (ready_tx.clone(), &log);
+                s.spawn(move || {
+                    let _ = ready.send((shard_index() % log.shared.shards.len(), t));
+                    if let Ok(n) = go_rx.recv() {
+                        log.log(&Entry {
+                            bytes: 9_000_000 + n,
+                            ..entry()
+                        });
+                    }
+                    let _ = done_tx.send(());
                 });
-            });
-        }
+            }
+            let mut order: Vec<(usize, usize)> = ready_rx.iter().take(6).collect();
+            order.sort_unstable_by(|a, b| b.cmp(a));
+            assert!(
+                order.windows(2).all(|w| w[0].0 != w[1].0),
+                "six shards: {order:?}"
+            );
+            for (n, &(_, t)) in order.iter().enumerate() {
+                turns[t].0.send(n as u64).expect("go");
+                turns[t].1.recv().expect("done");
+            }
+        });
         std::thread::scope(|s| {
             for t in 0..4u64 {
                 let log = log.clone();

@@ -127,11 +127,9 @@ impl TimeText {
         }
         self.text.clear();
         self.text.push_str(&self.formatted);
-        let ms = at.millisecond();
         self.text.push('.');
-        for digit in [ms / 100, ms / 10 % 10, ms % 10] {
-            self.text.push(char::from(b'0' + digit as u8));
-        }
+        self.text
+            .extend(padded::<3>(u32::from(at.millisecond())).map(char::from));
         self.text.push('Z');
         &self.text
     }
@@ -172,14 +170,18 @@ fn address(out: &mut Vec<u8>, ip: IpAddr) {
 fn seconds(out: &mut Vec<u8>, d: Duration) {
     number(out, d.as_secs());
     out.push(b'.');
-    let micros = d.subsec_micros();
-    let mut digits = [b'0'; 6];
-    let mut rest = micros;
+    out.extend_from_slice(&padded::<6>(d.subsec_micros()));
+}
+
+/// The last `N` decimal digits of `n`, zero-padded: `padded::<3>(7)` is
+/// `007`.
+fn padded<const N: usize>(mut n: u32) -> [u8; N] {
+    let mut digits = [b'0'; N];
     for digit in digits.iter_mut().rev() {
-        *digit = b'0' + (rest % 10) as u8;
-        rest /= 10;
+        *digit = b'0' + (n % 10) as u8;
+        n /= 10;
     }
-    out.extend_from_slice(&digits);
+    digits
 }
 
 /// A header value as log text: `-` when absent, quotes and control bytes
