@@ -283,6 +283,9 @@ pub struct ServletLimits {
     pub outbound: OutboundConfig,
     /// Key-value stores the servlet may open (`stores`). Default: none.
     pub stores: Vec<String>,
+    /// Whether wasi:http 0.3 (p3) components may load (`wasi_http_p3`):
+    /// wasmtime 48 calls its p3 host experimental. Default: false.
+    pub wasi_http_p3: bool,
 }
 
 impl Default for ServletLimits {
@@ -298,6 +301,7 @@ impl Default for ServletLimits {
             prewarm: DEFAULT_SERVLET_PREWARM as u32,
             outbound: OutboundConfig::default(),
             stores: Vec::new(),
+            wasi_http_p3: false,
         }
     }
 }

@@ -67,7 +67,8 @@ enum Pool {
 pub enum ServletKind {
     /// A core module speaking the native ABI (version 1).
     Native,
-    /// A `wasi:http/proxy` 0.2 component; its exports.
+    /// A `wasi:http/proxy` 0.2 (or `wasi:http/service` 0.3) component; its
+    /// exports.
     Component {
         /// The component's exports (`wasi:http/incoming-handler@0.2.x`, ...).
         exports: Vec<String>,
@@ -79,6 +80,12 @@ impl std::fmt::Display for ServletKind {
         match self {
             ServletKind::Native => write!(f, "native ABI {ABI_VERSION}"),
             ServletKind::Component { exports } => {
+                if let Some(handler) = exports
+                    .iter()
+                    .find(|e| e.starts_with("wasi:http/handler@0.3"))
+                {
+                    return write!(f, "component (wasi:http/service, p3: {handler})");
+                }
                 let world = exports
                     .iter()
                     .find(|e| e.starts_with("wasi:http/incoming-handler"))

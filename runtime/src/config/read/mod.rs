@@ -74,6 +74,7 @@ pub(crate) const SERVLET_KEYS: &[&str] = &[
     "outbound_timeout",
     "max_outbound_concurrency",
     "stores",
+    "wasi_http_p3",
 ];
 /// Keys of `[[store]]`.
 pub(crate) const STORE_KEYS: &[&str] = &[

@@ -75,6 +75,9 @@ fn servlet_limits(
     if let Some(b) = t.bool(diag, "outbound_private") {
         l.outbound.allow_private = b;
     }
+    if let Some(b) = t.bool(diag, "wasi_http_p3") {
+        l.wasi_http_p3 = b;
+    }
     for (key, slot) in [
         ("outbound_connect_timeout", &mut l.outbound.connect_timeout),
         (

@@ -129,8 +129,14 @@ pub(crate) type Outcome = Result<(), String>;
 pub(crate) struct GuestBody {
     inner: HyperOutgoingBody,
     outcome: oneshot::Receiver<Outcome>,
-    /// The task running the guest: stopped when the client goes away.
+    /// The task running the guest: stopped when the client goes away
+    /// before the body's end.
     task: tokio::task::AbortHandle,
+    /// Whether the body reached its end cleanly: the task then finishes
+    /// on its own (and can give its instance back for reuse).
+    ended: bool,
+    /// Dropped with the body: a p3 guest's event loop runs until then.
+    _sent: Option<oneshot::Sender<()>>,
 }
 
 impl GuestBody {
@@ -138,18 +144,23 @@ impl GuestBody {
         inner: HyperOutgoingBody,
         outcome: oneshot::Receiver<Outcome>,
         task: tokio::task::AbortHandle,
+        sent: Option<oneshot::Sender<()>>,
     ) -> GuestBody {
         GuestBody {
             inner,
             outcome,
             task,
+            ended: false,
+            _sent: sent,
         }
     }
 }
 
 impl Drop for GuestBody {
     fn drop(&mut self) {
-        self.task.abort();
+        if !self.ended {
+            self.task.abort();
+        }
     }
 }
 
@@ -170,7 +181,10 @@ impl HttpBody for GuestBody {
             // and the task sends its outcome before dropping it: an end
             // with a failed (or vanished) outcome is an abort.
             None => match this.outcome.try_recv() {
-                Ok(Ok(())) | Err(TryRecvError::Empty) => Poll::Ready(None),
+                Ok(Ok(())) | Err(TryRecvError::Empty) => {
+                    this.ended = true;
+                    Poll::Ready(None)
+                }
                 Ok(Err(e)) => Poll::Ready(Some(Err(io::Error::other(e)))),
                 Err(TryRecvError::Closed) => {
                     Poll::Ready(Some(Err(io::Error::other("the guest task ended"))))

@@ -1,19 +1,22 @@
 //! Guests that are standard `wasi:http/proxy` 0.2 components (any
 //! toolchain: Rust `wasi`/`wstd`, componentize-py, componentize-js, Go and
-//! C through wit-bindgen), run with wasmtime's own wasi:http host.
+//! C through wit-bindgen), run with wasmtime's own wasi:http host; and,
+//! where a route opts in, `wasi:http/service` 0.3 components (`p3`).
 //!
-//! - imports: full WASI p2 (toolchains import `wasi:cli` and friends beyond
-//!   the proxy world; no folders and no sockets are given), `wasi:http`
-//!   0.2.x (`outgoing-handler` goes through the route's outbound rules),
-//!   and `wasi:config/store@0.2.0-rc.1` (the route's settings). Anything
-//!   else is refused at load, naming the import;
-//! - exports: `wasi:http/incoming-handler@0.2.x`;
+//! - imports: full WASI p2 and p3 (toolchains import `wasi:cli` and
+//!   friends beyond the proxy world; no folders and no sockets are given),
+//!   `wasi:http` 0.2.x and 0.3.x (outgoing requests go through the route's
+//!   outbound rules), and `wasi:config/store@0.2.0-rc.1` (the route's
+//!   settings). Anything else is refused at load, naming the import;
+//! - exports: `wasi:http/incoming-handler@0.2.x`, or
+//!   `wasi:http/handler@0.3.x`;
 //! - bodies stream both ways (`body`); a guest that fails mid-stream
 //!   aborts its response.
 
 mod body;
 mod host;
 mod keyvalue;
+mod p3;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +31,7 @@ use wasmtime_wasi_config::WasiConfigVariables;
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
+use wasmtime_wasi_http::p3::bindings::{Service, ServicePre};
 
 pub(crate) use body::{BodyVerdict, LimitedBody};
 
@@ -69,6 +73,10 @@ impl Linkers {
             let mut linker = Linker::new(wasmtime_engine);
             wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
             wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+            // p3 beside p2: the interfaces are versioned apart (0.3.x), and
+            // only routes with `wasi_http_p3` load components that use them.
+            wasmtime_wasi::p3::add_to_linker(&mut linker)?;
+            wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
             wasmtime_wasi_config::add_to_linker(&mut linker, ComponentHost::config)?;
             keyvalue::add_to_linker(&mut linker, ComponentHost::keyvalue)?;
             match tier {
@@ -91,10 +99,31 @@ impl Linkers {
     }
 }
 
+/// Which wasi:http world a component serves, linked.
+#[derive(Clone)]
+enum Pre {
+    P2(ProxyPre<ComponentHost>),
+    P3(ServicePre<ComponentHost>),
+}
+
+/// An instance's entry point, per world.
+enum Handler {
+    P2(Proxy),
+    P3(Service),
+}
+
+/// What a guest's own error code means, for either wasi:http version.
+#[derive(Debug)]
+pub(super) enum GuestCode {
+    BodyTooLarge,
+    Timeout,
+    Other(String),
+}
+
 /// A checked, linked component.
 #[derive(Clone)]
 pub(crate) struct ComponentGuest {
-    pre: ProxyPre<ComponentHost>,
+    pre: Pre,
     info: Arc<ServletInfo>,
     engine: Arc<Engine>,
     config: Arc<WasiConfigVariables>,
@@ -107,7 +136,7 @@ pub(crate) struct ComponentGuest {
 /// A live component instance.
 pub(crate) struct ComponentInstance {
     store: Store<ComponentHost>,
-    proxy: Proxy,
+    handler: Handler,
 }
 
 /// A request as a component takes it: streamed, body under the server's
@@ -171,14 +200,31 @@ pub(crate) fn load(
             name: imports.join(", "),
         }
     })?;
-    let pre = ProxyPre::new(pre).map_err(|_| LoadError::Export {
+    let exports_p3 = exports.iter().any(|e| e.starts_with(p3::HANDLER));
+    if (exports_p3 || p3::uses_concurrency(bytes)) && !info.limits.wasi_http_p3 {
+        return Err(LoadError::Export {
+            file,
+            problem: p3::not_enabled(exports_p3),
+        });
+    }
+    let pre = if exports_p3 {
+        ServicePre::new(pre).map(Pre::P3)
+    } else {
+        ProxyPre::new(pre).map(Pre::P2)
+    };
+    let pre = pre.map_err(|_| LoadError::Export {
         file: file.clone(),
         problem: format!(
-            "does not export `{INCOMING_HANDLER}` (exports: {}): not a wasi:http/proxy 0.2 component",
+            "does not export `{INCOMING_HANDLER}` (exports: {}): not a wasi:http/proxy 0.2 component{}",
             if exports.is_empty() {
                 "none".to_owned()
             } else {
                 exports.join(", ")
+            },
+            if info.limits.wasi_http_p3 {
+                " (nor a wasi:http/service 0.3 one)"
+            } else {
+                ""
             }
         ),
     })?;
@@ -226,7 +272,11 @@ impl Guest for ComponentGuest {
             self.stores.clone(),
             ticket,
         );
-        let mut store = Store::new(self.pre.engine(), host);
+        let engine = match &self.pre {
+            Pre::P2(pre) => pre.engine(),
+            Pre::P3(pre) => pre.engine(),
+        };
+        let mut store = Store::new(engine, host);
         store.limiter(|h| &mut h.limits);
         store.epoch_deadline_callback(|mut ctx| {
             let host = ctx.data_mut();
@@ -254,14 +304,18 @@ impl Guest for ComponentGuest {
         });
         store.data_mut().deadline = Deadline::after(self.info.limits.timeout);
         store.set_epoch_deadline(1);
-        let proxy = match self.pre.instantiate_async(&mut store).await {
-            Ok(p) => p,
+        let handler = match &self.pre {
+            Pre::P2(pre) => pre.instantiate_async(&mut store).await.map(Handler::P2),
+            Pre::P3(pre) => pre.instantiate_async(&mut store).await.map(Handler::P3),
+        };
+        let handler = match handler {
+            Ok(h) => h,
             Err(e) if e.is::<wasmtime::PoolConcurrencyLimitError>() => {
                 return Err(GuestError::PoolFull);
             }
             Err(e) => return Err(GuestError::Failed(e)),
         };
-        Ok(ComponentInstance { store, proxy })
+        Ok(ComponentInstance { store, handler })
     }
 
     async fn handle<L: Lent<ComponentInstance>>(
@@ -274,22 +328,36 @@ impl Guest for ComponentGuest {
         let Some(instance) = lease.instance() else {
             return Err(RequestError::ServletFault);
         };
-        let (resp_tx, resp_rx) = oneshot::channel();
         let head_sent = Arc::new(AtomicBool::new(false));
-        let (req, out) = {
-            let host = instance.store.data_mut();
-            host.head_sent = head_sent.clone();
-            host.request_id.clone_from(&id);
-            host.deadline = Deadline::after(self.info.limits.timeout);
-            host.kv.reset();
-            let mut http = host.http();
-            let req = http
-                .new_incoming_request(Scheme::Http, input.req)
-                .map_err(|_| RequestError::BadRequest("no authority"))?;
-            let out = http
-                .new_response_outparam(resp_tx)
-                .map_err(|_| RequestError::Internal)?;
-            (req, out)
+        let host = instance.store.data_mut();
+        host.head_sent = head_sent.clone();
+        host.request_id.clone_from(&id);
+        host.deadline = Deadline::after(self.info.limits.timeout);
+        host.kv.reset();
+        // The request, made into the guest's resources, and where its
+        // answer will come from.
+        let (call, head_rx): (Call, HeadFuture) = match &instance.handler {
+            Handler::P2(_) => {
+                let (resp_tx, resp_rx) = oneshot::channel();
+                let mut http = host.http();
+                let req = http
+                    .new_incoming_request(Scheme::Http, input.req)
+                    .map_err(|_| RequestError::BadRequest("no authority"))?;
+                let out = http
+                    .new_response_outparam(resp_tx)
+                    .map_err(|_| RequestError::Internal)?;
+                let head = async move {
+                    resp_rx
+                        .await
+                        .map(|r| r.map(|res| (res, None)).map_err(|c| p2_code(&c)))
+                };
+                (Call::P2(req, out), Box::pin(head))
+            }
+            Handler::P3(_) => {
+                let (head_tx, head_rx) = oneshot::channel();
+                let prepared = p3::prepare(host, input.req)?;
+                (Call::P3(prepared, head_tx), Box::pin(head_rx))
+            }
         };
         instance.store.set_epoch_deadline(1);
         // The guest runs in a task of its own: its response body streams
@@ -303,14 +371,27 @@ impl Guest for ComponentGuest {
         let task_id = id.clone();
         let task = tokio::spawn(async move {
             let head_sent = task_head_sent;
-            let Some(ComponentInstance { store, proxy }) = lease.instance() else {
+            let Some(ComponentInstance { store, handler }) = lease.instance() else {
                 let _ = outcome_tx.send(Err("no instance".to_owned()));
                 return;
             };
             let result = {
-                let call = proxy
-                    .wasi_http_incoming_handler()
-                    .call_handle(&mut *store, req, out);
+                let call = async {
+                    match (handler, call) {
+                        (Handler::P2(proxy), Call::P2(req, out)) => {
+                            proxy
+                                .wasi_http_incoming_handler()
+                                .call_handle(&mut *store, req, out)
+                                .await
+                        }
+                        (Handler::P3(service), Call::P3(prepared, head)) => {
+                            p3::run(store, service, prepared, head).await
+                        }
+                        _ => Err(wasmtime::format_err!(
+                            "the request was made for another world"
+                        )),
+                    }
+                };
                 // Until the response head is out, the request has a wall-clock
                 // deadline too (a guest blocked in a host call does not count
                 // epoch ticks). Once it streams, the guest's own run time is
@@ -349,8 +430,8 @@ impl Guest for ComponentGuest {
             }
         });
         let abort = task.abort_handle();
-        match resp_rx.await {
-            Ok(Ok(res)) => {
+        match head_rx.await {
+            Ok(Ok((res, sent))) => {
                 head_sent.store(true, Ordering::Relaxed);
                 // A body over the limit (or too slow) gets 413 (408)
                 // whatever the guest made of the error it read.
@@ -362,7 +443,7 @@ impl Guest for ComponentGuest {
                     abort.abort();
                     return Err(RequestError::BodyTimeout);
                 }
-                let res = res.map(|b| Body::stream(GuestBody::new(b, outcome_rx, abort)));
+                let res = res.map(|b| Body::stream(GuestBody::new(b, outcome_rx, abort, sent)));
                 Ok(res)
             }
             Ok(Err(code)) => {
@@ -420,16 +501,52 @@ impl ComponentGuest {
     }
 
     /// What a guest's own error code means for the client.
-    fn error_for(&self, code: &ErrorCode, verdict: &BodyVerdict, id: &str) -> RequestError {
-        tracing::debug!(servlet = %self.info.name, request_id = %id, ?code, "component answered with an error code");
+    fn error_for(&self, code: &GuestCode, verdict: &BodyVerdict, id: &str) -> RequestError {
+        let detail = match code {
+            GuestCode::Other(detail) => detail.as_str(),
+            GuestCode::BodyTooLarge => "request body too large",
+            GuestCode::Timeout => "timeout",
+        };
+        tracing::debug!(servlet = %self.info.name, request_id = %id, code = detail, "component answered with an error code");
         match code {
             _ if verdict.too_large() => RequestError::PayloadTooLarge,
             _ if verdict.too_slow() => RequestError::BodyTimeout,
-            ErrorCode::HttpRequestBodySize(_) => RequestError::PayloadTooLarge,
-            ErrorCode::ConnectionReadTimeout | ErrorCode::HttpResponseTimeout => {
-                RequestError::ServletTimeout
-            }
-            _ => RequestError::ServletFault,
+            GuestCode::BodyTooLarge => RequestError::PayloadTooLarge,
+            GuestCode::Timeout => RequestError::ServletTimeout,
+            GuestCode::Other(_) => RequestError::ServletFault,
         }
+    }
+}
+
+/// A request made into a guest's resources, per world.
+enum Call {
+    P2(
+        wasmtime::component::Resource<wasmtime_wasi_http::p2::types::HostIncomingRequest>,
+        wasmtime::component::Resource<wasmtime_wasi_http::p2::types::HostResponseOutparam>,
+    ),
+    P3(p3::Prepared, oneshot::Sender<Head>),
+}
+
+/// What the guest answered: its response (with, for p3, the signal its
+/// event loop waits for, dropped once the body is sent or abandoned), or
+/// its own error code.
+pub(super) type Head = Result<
+    (
+        Response<wasmtime_wasi_http::p2::body::HyperOutgoingBody>,
+        Option<oneshot::Sender<()>>,
+    ),
+    GuestCode,
+>;
+
+/// The guest's answer, when it comes; an error if it never will.
+type HeadFuture =
+    std::pin::Pin<Box<dyn Future<Output = Result<Head, oneshot::error::RecvError>> + Send>>;
+
+/// What a p2 guest's own error code means.
+fn p2_code(code: &ErrorCode) -> GuestCode {
+    match code {
+        ErrorCode::HttpRequestBodySize(_) => GuestCode::BodyTooLarge,
+        ErrorCode::ConnectionReadTimeout | ErrorCode::HttpResponseTimeout => GuestCode::Timeout,
+        other => GuestCode::Other(format!("{other:?}")),
     }
 }

@@ -1,0 +1,179 @@
+//! wasi:http 0.3 (p3) components: the `wasi:http/service` world, served
+//! only where a route opts in (`wasi_http_p3 = true`) while wasmtime calls
+//! its p3 host experimental.
+//!
+//! A p3 guest runs inside wasmtime's concurrent event loop
+//! (`run_concurrent`): its `handle` returns the response, and the guest
+//! goes on writing the body's stream in tasks of its own. The loop keeps
+//! running until the client has the whole body (or has gone), then the
+//! instance is finished like any other.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use http::Request;
+use tokio::sync::oneshot;
+use wasmparser::{CanonicalFunction, CanonicalOption, Parser, Payload};
+use wasmtime::Store;
+use wasmtime::component::Resource;
+use wasmtime_wasi_http::p2::body::HyperIncomingBody;
+use wasmtime_wasi_http::p3::bindings::Service;
+use wasmtime_wasi_http::p3::bindings::http::types::ErrorCode;
+use wasmtime_wasi_http::{WasiHttpView, p3};
+
+use super::host::ComponentHost;
+use super::{GuestCode, Head};
+use crate::request::RequestError;
+
+/// The export every wasi:http 0.3 component has (any 0.3.x).
+pub(crate) const HANDLER: &str = "wasi:http/handler@0.3";
+
+/// Whether a component uses the component model's concurrency: async
+/// functions, streams, futures, tasks (what every wasi 0.3 component is
+/// made of, and what wasmtime 48 calls experimental). Read from its
+/// canonical functions; parsing stops at the first one.
+pub(crate) fn uses_concurrency(bytes: &[u8]) -> bool {
+    for payload in Parser::new(0).parse_all(bytes) {
+        let Ok(Payload::ComponentCanonicalSection(reader)) = payload else {
+            continue;
+        };
+        for func in reader.into_iter().flatten() {
+            let options = match &func {
+                CanonicalFunction::Lift { options, .. }
+                | CanonicalFunction::Lower { options, .. } => options,
+                CanonicalFunction::ResourceNew { .. }
+                | CanonicalFunction::ResourceDrop { .. }
+                | CanonicalFunction::ResourceRep { .. } => continue,
+                _ => return true,
+            };
+            if options
+                .iter()
+                .any(|o| matches!(o, CanonicalOption::Async | CanonicalOption::Callback(_)))
+            {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// The reason a route refuses a p3 component (or one using the async ABI).
+pub(super) fn not_enabled(exports_p3: bool) -> String {
+    let what = if exports_p3 {
+        "is a wasi:http 0.3 (p3) component"
+    } else {
+        "uses the component model's async ABI (streams, futures, async functions)"
+    };
+    format!(
+        "{what}, which wasmtime 48 calls experimental: set `wasi_http_p3 = true` in its `[[site.route]]` (or in `[site.servlet]` for a servlets folder) to serve it"
+    )
+}
+
+/// A request made into the guest's resources, with the future that
+/// reports how reading its body went.
+pub(super) struct Prepared {
+    req: Resource<p3::Request>,
+    io: Pin<Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>>,
+}
+
+/// Makes `req` (origin-form target, Host header present) a p3 request in
+/// `host`'s table, with scheme `http` and the Host as its authority.
+pub(super) fn prepare(
+    host: &mut ComponentHost,
+    req: Request<HyperIncomingBody>,
+) -> Result<Prepared, RequestError> {
+    let (mut parts, body) = req.into_parts();
+    let authority = parts
+        .headers
+        .get(http::header::HOST)
+        .and_then(|h| http::uri::Authority::try_from(h.as_bytes()).ok())
+        .ok_or(RequestError::BadRequest("no usable Host"))?;
+    let mut uri = std::mem::take(&mut parts.uri).into_parts();
+    uri.scheme = Some(http::uri::Scheme::HTTP);
+    uri.authority = Some(authority);
+    parts.uri =
+        http::Uri::from_parts(uri).map_err(|_| RequestError::BadRequest("unusable path"))?;
+    let http = host.http();
+    let (req, io) = p3::Request::from_http(http.hooks, Request::from_parts(parts, body));
+    let req = http.table.push(req).map_err(|_| RequestError::Internal)?;
+    Ok(Prepared {
+        req,
+        io: Box::pin(io),
+    })
+}
+
+/// Runs one request to the end of its response body.
+pub(super) async fn run(
+    store: &mut Store<ComponentHost>,
+    service: &Service,
+    prepared: Prepared,
+    head: oneshot::Sender<Head>,
+) -> wasmtime::Result<()> {
+    let Prepared { req, io } = prepared;
+    store
+        .run_concurrent(async move |accessor| -> wasmtime::Result<()> {
+            let answer = service
+                .wasi_http_handler()
+                .call_handle(accessor, req)
+                .await?;
+            let res = match answer {
+                Ok(res) => res,
+                Err(code) => {
+                    let _ = head.send(Err(guest_code(&code)));
+                    return Ok(());
+                }
+            };
+            let res = accessor.with(|mut access| {
+                let res = access.get().http().table.delete(res)?;
+                res.into_http(&mut access, io)
+            })?;
+            let (sent_tx, sent_rx) = oneshot::channel();
+            if head.send(Ok((res, Some(sent_tx)))).is_ok() {
+                // The guest writes its body from here; the loop runs until
+                // the body is sent or dropped.
+                let _ = sent_rx.await;
+            }
+            Ok(())
+        })
+        .await?
+}
+
+/// What a p3 guest's own error code means for the client.
+fn guest_code(code: &ErrorCode) -> GuestCode {
+    match code {
+        ErrorCode::HttpRequestBodySize(_) => GuestCode::BodyTooLarge,
+        ErrorCode::ConnectionReadTimeout | ErrorCode::HttpResponseTimeout => GuestCode::Timeout,
+        other => GuestCode::Other(format!("{other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uses_concurrency;
+
+    #[test]
+    fn a_sync_component_does_not_use_concurrency_and_an_async_lift_does() {
+        let sync = wat::parse_str(
+            r#"(component
+                (core module $m (func (export "f") (result i32) i32.const 1))
+                (core instance $i (instantiate $m))
+                (func (export "f") (result u32) (canon lift (core func $i "f"))))"#,
+        )
+        .expect("valid component");
+        assert!(!uses_concurrency(&sync));
+        let with_async = wat::parse_str(
+            r#"(component
+                (core module $m
+                    (import "" "task.return" (func (param i32)))
+                    (func (export "f") (result i32) i32.const 0)
+                    (func (export "cb") (param i32 i32 i32) (result i32) i32.const 0))
+                (core func $ret (canon task.return (result u32)))
+                (core instance $i (instantiate $m (with "" (instance (export "task.return" (func $ret))))))
+                (func (export "f") (result u32)
+                    (canon lift (core func $i "f") async (callback (core func $i "cb")))))"#,
+        )
+        .expect("valid component");
+        assert!(uses_concurrency(&with_async));
+        assert!(!uses_concurrency(b"not wasm at all"));
+    }
+}
