@@ -3,6 +3,7 @@
 
 mod component_examples;
 mod components;
+mod components_p3;
 mod config_ui;
 mod examples;
 mod hostile_clients;

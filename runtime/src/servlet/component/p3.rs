@@ -169,7 +169,8 @@ mod tests {
                     (func (export "cb") (param i32 i32 i32) (result i32) i32.const 0))
                 (core func $ret (canon task.return (result u32)))
                 (core instance $i (instantiate $m (with "" (instance (export "task.return" (func $ret))))))
-                (func (export "f") (result u32)
+                (type $f (func async (result u32)))
+                (func (export "f") (type $f)
                     (canon lift (core func $i "f") async (callback (core func $i "cb")))))"#,
         )
         .expect("valid component");
