@@ -52,6 +52,7 @@ STORE_SIDES = {
     # The components part: the same wasi:http component in swan and in
     # wasmtime serve.
     "swan-comp": ("swan", "/wasi-hello"),
+    "base-comp": ("base", "/wasi-hello"),
     "swan-js": ("swan", "/hello-js"),
     "swan-python": ("swan", "/hello-python"),
     # The ops part: swan as shipped vs swan with the access log (a file,
@@ -631,6 +632,8 @@ def main():
                 wanted[p] = ["swan", "base"] if args.ab else ["swan", "base"] + wanted[p][1:]
             elif p == "large":
                 wanted[p] = ["swan", "base", "nginx"]
+            elif p == "components":
+                wanted[p] = ["swan", "base"] if args.ab else ["swan", "base"] + wanted[p][1:]
     parts = [args.only] if args.only else ["static", "dynamic"]
     servers = start_servers(wasmtime, {s for p in parts for s in wanted[p]}, args.baseline)
     results = []
@@ -660,15 +663,19 @@ def main():
         if "spike" in parts:
             spike_report = spike(servers, min(10000, nofile - 500))
         if "components" in parts:
+            sides = ["swan-comp"] + ["base-comp" if s == "base" else s for s in wanted["components"][1:]]
             results.append(compare(
-                "wasi:http component hello: swan (fresh instance per request) vs wasmtime serve, the same .wasm",
-                ["swan-comp", "wt-fresh", "wt-reuse"],
+                "wasi:http component hello: swan (fresh instance per request) vs " + " vs ".join(
+                    {"base-comp": "base", "wt-fresh": "wasmtime serve (defaults)",
+                     "wt-reuse": "wasmtime serve (reuse 128)"}[s] for s in sides[1:]) + ", the same .wasm",
+                sides,
                 lambda s: STORE_SIDES[s][1] if s in STORE_SIDES else "/", [1, 100, 1000],
                 rounds, secs, servers))
-            results.append(compare(
-                "Interpreters as components in swan (fresh instance per request): Rust vs JavaScript vs Python hello",
-                ["swan-comp", "swan-js", "swan-python"], lambda s: STORE_SIDES[s][1], [1, 100],
-                rounds, secs, servers))
+            if not args.ab:
+                results.append(compare(
+                    "Interpreters as components in swan (fresh instance per request): Rust vs JavaScript vs Python hello",
+                    ["swan-comp", "swan-js", "swan-python"], lambda s: STORE_SIDES[s][1], [1, 100],
+                    rounds, secs, servers))
         if "tls" in parts:
             results.append(compare(
                 "HTTPS static 100-byte file (TLS 1.3, ECDSA P-256, keep-alive; session resumption on both): swan vs NGINX",
@@ -695,7 +702,7 @@ def main():
     report = [f"Machine: {machine()}. Command: `{cmd}` ({rounds} rounds of {secs} s per side and row, "
               f"alternating; medians; {took:.0f} s of measuring). wrk -t2 (-t1 at 1 connection), keep-alive.", ""]
     report += [fmt_table(r) for r in results]
-    if "components" in parts:
+    if "components" in parts and not args.ab:
         report += [instance_memory(), stream_rss()]
     if "spike" in parts:
         report += [spike_report]
