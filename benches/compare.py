@@ -38,7 +38,7 @@ WASMTIME_VERSION = "48.0.2"
 HOST = "127.0.0.1"
 PORTS = {"swan": 18101, "nginx": 18102, "limit": 18103, "wt-fresh": 18104, "wt-reuse": 18105, "base": 18106,
          "swan-embedded": 18107, "swan-redis": 18108, "swan-ops": 18110, "swan-tls": 18112, "nginx-tls": 18113,
-         "swan-static": 18114, "base-static": 18115}
+         "swan-static": 18114, "base-static": 18115, "swan-p3": 18116, "wt-p3-fresh": 18117, "wt-p3-reuse": 18118}
 REDIS_PORT = 18109
 # The stores part: each side is a servlet on one of two swan processes (the
 # `default` store embedded, or on Redis).
@@ -61,6 +61,11 @@ STORE_SIDES = {
     "static-ops": ("swan-ops", "/100.html"),
     "hello-plain": ("swan", "/hello"),
     "hello-ops": ("swan-ops", "/hello"),
+    # The p3 part: the same wasi:http 0.3 component (tests/guests/p3-component)
+    # in swan and in wasmtime serve -Sp3.
+    "p3-swan": ("swan-p3", "/p3/ok"),
+    "p3-wt-fresh": ("wt-p3-fresh", "/ok"),
+    "p3-wt-reuse": ("wt-p3-reuse", "/ok"),
     # The TLS part: HTTPS, the same certificate on both.
     "swan-https": ("swan-tls", "/100.html"),
     "nginx-https": ("nginx-tls", "/100.html"),
@@ -110,6 +115,8 @@ def build():
     run(["examples/build-components.sh", "target/example-components", "rust", "js", "python"], cwd=ROOT)
     run(["cargo", "build", "--release", "--target", "wasm32-wasip2", "--manifest-path",
          "tests/guests/faults-component/Cargo.toml"], cwd=ROOT)
+    run(["cargo", "build", "--release", "--target", "wasm32-wasip2", "--manifest-path",
+         "tests/guests/p3-component/Cargo.toml"], cwd=ROOT)
 
 
 # ---------------------------------------------------------------- servers
@@ -291,6 +298,25 @@ def start_each(wasmtime, wanted, baseline, servers):
                 f'[server.tls]\ncert = "{WORK}/tls/cert.pem"\nkey = "{WORK}/tls/key.pem"'))
         servers["swan-tls"] = Server("swan-tls", [ROOT / "target/release/swan", "serve", "--config",
                                                   WORK / "swan-tls.toml"], PORTS["swan-tls"])
+    p3 = ROOT / "tests/guests/p3-component/target/wasm32-wasip2/release/p3_component.wasm"
+    if "swan-p3" in wanted:
+        # A p3 component: its own swan, opted in (an older build as `base`
+        # would not know the key).
+        p3_servlets = WORK / "p3-servlets"
+        p3_servlets.mkdir(exist_ok=True)
+        shutil.copy(p3, p3_servlets / "p3.wasm")
+        (WORK / "swan-p3.toml").write_text(
+            f'[server]\nlisten = ["{HOST}:{PORTS["swan-p3"]}"]\n[[site]]\nroot = "{www}"\n'
+            f'servlets = "{p3_servlets}"\n[site.servlet]\nwasi_http_p3 = true\n')
+        servers["swan-p3"] = Server("swan-p3", [ROOT / "target/release/swan", "serve", "--config",
+                                                WORK / "swan-p3.toml"], PORTS["swan-p3"])
+    # wasmtime serve's p3 defaults reuse an instance for 128 requests, 16 at
+    # once; "fresh" sets reuse to 1 like swan's default.
+    for name, reuse in (("wt-p3-fresh", "1"), ("wt-p3-reuse", "128")):
+        if name in wanted:
+            servers[name] = Server(name, [wasmtime, "serve", "-Scli,p3", "-Wcomponent-model-async",
+                                          "--max-instance-reuse-count", reuse,
+                                          "--addr", f"{HOST}:{PORTS[name]}", p3], PORTS[name])
     if "base" in wanted:
         # Another swan build (A/B), same site and servlets, its own port.
         (WORK / "base.toml").write_text(
@@ -591,8 +617,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="3 rounds of 2 s (under 3 minutes)")
     ap.add_argument("--rounds", type=int, help="runs per side and row (default 5, quick 3)")
     ap.add_argument("--seconds", type=int, help="seconds per run (default 5, quick 2)")
-    ap.add_argument("--only", choices=["static", "dynamic", "stores", "components", "ops", "tls", "spike", "large"],
-                    help="run one part (stores, components, ops, tls, spike and large run only when named)")
+    ap.add_argument("--only", choices=["static", "dynamic", "stores", "components", "p3", "ops", "tls", "spike",
+                                       "large"],
+                    help="run one part (stores, components, p3, ops, tls, spike and large run only when named)")
     ap.add_argument("--no-build", action="store_true", help="use what is already built")
     ap.add_argument("--connections", type=int, nargs="+", help="static rows to run (default 1 10 100 1000 10000)")
     ap.add_argument("--baseline", type=Path, help="another swan binary, measured beside this one as `base`")
@@ -622,6 +649,7 @@ def main():
     WORK.chmod(0o755)  # NGINX's workers run as another user and must read the files
     wanted = {"static": ["swan", "nginx", "limit"], "dynamic": ["swan", "wt-fresh", "wt-reuse"],
               "stores": ["swan-embedded", "swan-redis"], "components": ["swan", "wt-fresh", "wt-reuse"],
+              "p3": ["swan-p3", "wt-p3-fresh", "wt-p3-reuse"],
               "ops": ["swan", "swan-ops"], "tls": ["swan-tls", "nginx"], "spike": ["swan-static", "swan", "nginx"],
               "large": ["swan", "nginx"]}
     if args.baseline:
@@ -676,6 +704,12 @@ def main():
                     "Interpreters as components in swan (fresh instance per request): Rust vs JavaScript vs Python hello",
                     ["swan-comp", "swan-js", "swan-python"], lambda s: STORE_SIDES[s][1], [1, 100],
                     rounds, secs, servers))
+        if "p3" in parts:
+            results.append(compare(
+                "wasi:http 0.3 (p3) hello: swan (fresh instance per request) vs wasmtime serve -Sp3 "
+                "(reuse 1; reuse 128), the same .wasm",
+                ["p3-swan", "p3-wt-fresh", "p3-wt-reuse"], lambda s: STORE_SIDES[s][1], [1, 100, 1000],
+                rounds, secs, servers))
         if "tls" in parts:
             results.append(compare(
                 "HTTPS static 100-byte file (TLS 1.3, ECDSA P-256, keep-alive; session resumption on both): swan vs NGINX",
