@@ -59,24 +59,51 @@ pub(crate) fn is_component(bytes: &[u8]) -> bool {
     bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [0x0d, 0x00, 0x01, 0x00]
 }
 
-/// What components may import, per compiler tier.
+/// What components may import, per compiler tier, without and with the
+/// p3 interfaces.
 pub(crate) struct Linkers {
+    p2: TierLinkers,
+    p3: TierLinkers,
+}
+
+struct TierLinkers {
     optimized: Linker<ComponentHost>,
     baseline: Option<Linker<ComponentHost>>,
 }
 
 impl Linkers {
     pub(crate) fn new(engine: &Engine) -> wasmtime::Result<Linkers> {
+        Ok(Linkers {
+            p2: TierLinkers::new(engine, false)?,
+            p3: TierLinkers::new(engine, true)?,
+        })
+    }
+
+    /// `p3`: whether the route allows wasi 0.3; without it the p3
+    /// interfaces are not even linked, so no path reaches wasmtime's
+    /// experimental host.
+    fn get(&self, tier: Tier, p3: bool) -> &Linker<ComponentHost> {
+        let set = if p3 { &self.p3 } else { &self.p2 };
+        match (tier, &set.baseline) {
+            (Tier::Baseline, Some(l)) => l,
+            _ => &set.optimized,
+        }
+    }
+}
+
+impl TierLinkers {
+    fn new(engine: &Engine, p3: bool) -> wasmtime::Result<TierLinkers> {
         let mut optimized = None;
         let mut baseline = None;
         for (wasmtime_engine, tier) in engine.all_wasmtime() {
             let mut linker = Linker::new(wasmtime_engine);
             wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
             wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-            // p3 beside p2: the interfaces are versioned apart (0.3.x), and
-            // only routes with `wasi_http_p3` load components that use them.
-            wasmtime_wasi::p3::add_to_linker(&mut linker)?;
-            wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
+            if p3 {
+                // Beside p2: the interfaces are versioned apart (0.3.x).
+                wasmtime_wasi::p3::add_to_linker(&mut linker)?;
+                wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
+            }
             wasmtime_wasi_config::add_to_linker(&mut linker, ComponentHost::config)?;
             keyvalue::add_to_linker(&mut linker, ComponentHost::keyvalue)?;
             match tier {
@@ -85,17 +112,10 @@ impl Linkers {
             }
         }
         let optimized = optimized.ok_or_else(|| wasmtime::format_err!("no optimising engine"))?;
-        Ok(Linkers {
+        Ok(TierLinkers {
             optimized,
             baseline,
         })
-    }
-
-    fn get(&self, tier: Tier) -> &Linker<ComponentHost> {
-        match (tier, &self.baseline) {
-            (Tier::Baseline, Some(l)) => l,
-            _ => &self.optimized,
-        }
     }
 }
 
@@ -188,25 +208,26 @@ pub(crate) fn load(
         .exports(wasmtime_engine)
         .map(|(name, _)| name.to_owned())
         .collect();
-    let pre = linkers.get(tier).instantiate_pre(&component).map_err(|e| {
-        let imports: Vec<String> = ty
-            .imports(wasmtime_engine)
-            .filter(|(_, item)| matches!(item.ty, ComponentItem::ComponentInstance(_)))
-            .map(|(name, _)| name.to_owned())
-            .collect();
-        LoadError::Import {
+    let imports: Vec<String> = ty
+        .imports(wasmtime_engine)
+        .filter(|(_, item)| matches!(item.ty, ComponentItem::ComponentInstance(_)))
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    let p3_allowed = info.limits.wasi_http_p3;
+    let exports_p3 = exports.iter().any(|e| e.starts_with(p3::HANDLER));
+    if !p3_allowed {
+        if let Some(problem) = p3::refusal(exports_p3, &imports, bytes) {
+            return Err(LoadError::Export { file, problem });
+        }
+    }
+    let pre = linkers
+        .get(tier, p3_allowed)
+        .instantiate_pre(&component)
+        .map_err(|e| LoadError::Import {
             file: file.clone(),
             module: format!("{e:#}"),
             name: imports.join(", "),
-        }
-    })?;
-    let exports_p3 = exports.iter().any(|e| e.starts_with(p3::HANDLER));
-    if (exports_p3 || p3::uses_concurrency(bytes)) && !info.limits.wasi_http_p3 {
-        return Err(LoadError::Export {
-            file,
-            problem: p3::not_enabled(exports_p3),
-        });
-    }
+        })?;
     let pre = if exports_p3 {
         ServicePre::new(pre).map(Pre::P3)
     } else {

@@ -57,16 +57,22 @@ pub(crate) fn uses_concurrency(bytes: &[u8]) -> bool {
     false
 }
 
-/// The reason a route refuses a p3 component (or one using the async ABI).
-pub(super) fn not_enabled(exports_p3: bool) -> String {
+/// Why a route without `wasi_http_p3` refuses a component, if it does:
+/// it exports the p3 handler, imports a WASI 0.3 interface, or uses the
+/// async ABI anywhere.
+pub(super) fn refusal(exports_p3: bool, imports: &[String], bytes: &[u8]) -> Option<String> {
     let what = if exports_p3 {
-        "is a wasi:http 0.3 (p3) component"
+        "is a wasi:http 0.3 (p3) component".to_owned()
+    } else if let Some(import) = imports.iter().find(|i| i.contains("@0.3")) {
+        format!("imports `{import}`, a WASI 0.3 (p3) interface")
+    } else if uses_concurrency(bytes) {
+        "uses the component model's async ABI (streams, futures, async functions)".to_owned()
     } else {
-        "uses the component model's async ABI (streams, futures, async functions)"
+        return None;
     };
-    format!(
+    Some(format!(
         "{what}, which wasmtime 48 calls experimental: set `wasi_http_p3 = true` in its `[[site.route]]` (or in `[site.servlet]` for a servlets folder) to serve it"
-    )
+    ))
 }
 
 /// A request made into the guest's resources, with the future that
