@@ -215,10 +215,8 @@ pub(crate) fn load(
         .collect();
     let p3_allowed = info.limits.wasi_http_p3;
     let exports_p3 = exports.iter().any(|e| e.starts_with(p3::HANDLER));
-    if !p3_allowed {
-        if let Some(problem) = p3::refusal(exports_p3, &imports, bytes) {
-            return Err(LoadError::Export { file, problem });
-        }
+    if !p3_allowed && let Some(problem) = p3::refusal(exports_p3, &imports, bytes) {
+        return Err(LoadError::Export { file, problem });
     }
     let pre = linkers
         .get(tier, p3_allowed)
