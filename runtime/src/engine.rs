@@ -1,6 +1,7 @@
 //! The wasmtime side of the process: one wasmtime engine per compiler tier
-//! (Cranelift, and Winch for fast hot reloads), each with the pooling
-//! allocator and copy-on-write memory images; async support (guests run on
+//! (Cranelift, and Winch for fast hot reloads), and one more for components
+//! that use the component model's concurrency (wasi 0.3), each with the
+//! pooling allocator and copy-on-write memory images; async support (guests run on
 //! fibers and yield to the reactor); epoch interruption driven by a ticker
 //! thread; a small runtime thread for work off the request path; and the
 //! process-wide instance budget (`max_instances`) shared by both tiers.
@@ -67,6 +68,10 @@ pub enum EngineError {
 pub struct Engine {
     optimized: wasmtime::Engine,
     baseline: Option<wasmtime::Engine>,
+    /// Cranelift with concurrency support (the async ABI, streams,
+    /// futures: what wasi 0.3 components use). Kept apart because that
+    /// support costs every store: 11-20% of a p2 component's requests.
+    concurrent: wasmtime::Engine,
     budget: Arc<InstanceBudget>,
     background: tokio::runtime::Handle,
     ticker: Option<JoinHandle<()>>,
@@ -84,11 +89,12 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// Creates the engines for a server's limits.
     pub fn new(server: &ServerConfig) -> Result<Arc<Engine>, EngineError> {
-        let (optimized, optimized_config) = wasmtime_engine(server, Tier::Optimized)?;
+        let (optimized, optimized_config) = wasmtime_engine(server, Tier::Optimized, false)?;
         let mut compilers = vec![(Tier::Optimized, Compiler::new(optimized_config))];
+        let (concurrent, _) = wasmtime_engine(server, Tier::Optimized, true)?;
         // The baseline compiler is an optimisation of hot reload only: if
         // it cannot start, every module is compiled by Cranelift.
-        let baseline = match wasmtime_engine(server, Tier::Baseline) {
+        let baseline = match wasmtime_engine(server, Tier::Baseline, false) {
             Ok((e, config)) => {
                 compilers.push((Tier::Baseline, Compiler::new(config)));
                 Some(e)
@@ -100,7 +106,8 @@ impl Engine {
         };
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = {
-            let engines: Vec<wasmtime::Engine> = std::iter::once(&optimized)
+            let engines: Vec<wasmtime::Engine> = [&optimized, &concurrent]
+                .into_iter()
                 .chain(baseline.as_ref())
                 .cloned()
                 .collect();
@@ -134,6 +141,7 @@ impl Engine {
         Ok(Arc::new(Engine {
             optimized,
             baseline,
+            concurrent,
             budget: Arc::new(InstanceBudget {
                 max: server.max_instances,
                 live: AtomicU32::new(0),
@@ -170,7 +178,22 @@ impl Engine {
         (self.code.compile(engine, tier, wasm), tier)
     }
 
-    /// Every wasmtime engine, optimising first.
+    /// Compiles a component that uses the component model's concurrency,
+    /// with Cranelift for the engine that supports it (and its cached code
+    /// when an earlier compile left it).
+    pub(crate) fn compile_concurrent<A: code_cache::Artifact>(
+        &self,
+        wasm: &[u8],
+    ) -> wasmtime::Result<A> {
+        self.code.compile(&self.concurrent, Tier::Optimized, wasm)
+    }
+
+    /// The engine with concurrency support.
+    pub fn concurrent(&self) -> &wasmtime::Engine {
+        &self.concurrent
+    }
+
+    /// Every wasmtime engine without concurrency support, optimising first.
     pub fn all_wasmtime(&self) -> impl Iterator<Item = (&wasmtime::Engine, Tier)> {
         std::iter::once((&self.optimized, Tier::Optimized))
             .chain(self.baseline.as_ref().map(|e| (e, Tier::Baseline)))
@@ -241,10 +264,12 @@ impl Drop for InstanceTicket {
     }
 }
 
-/// A tier's engine, and the settings it was made with.
+/// A tier's engine, with or without concurrency support, and the settings
+/// it was made with.
 fn wasmtime_engine(
     server: &ServerConfig,
     tier: Tier,
+    concurrent: bool,
 ) -> Result<(wasmtime::Engine, wasmtime::Config), EngineError> {
     let mut pool = PoolingAllocationConfig::new();
     // `max_instances` guest instances, each a core module or a component.
@@ -270,6 +295,7 @@ fn wasmtime_engine(
     config
         .epoch_interruption(true)
         .memory_init_cow(true)
+        .concurrency_support(concurrent)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     match tier {
         Tier::Optimized => {

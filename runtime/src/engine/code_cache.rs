@@ -451,7 +451,7 @@ mod tests {
         let server = crate::config::ServerConfig::defaults();
         let wasm = wat::parse_str(WAT)?;
         for tier in [Tier::Optimized, Tier::Baseline] {
-            let (engine, config) = super::super::wasmtime_engine(&server, tier)
+            let (engine, config) = super::super::wasmtime_engine(&server, tier, false)
                 .map_err(|e| wasmtime::Error::msg(e.to_string()))?;
             let compiler = Compiler::new(config);
             let separate = compiler.engine(&engine);

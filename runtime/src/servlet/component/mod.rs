@@ -59,64 +59,57 @@ pub(crate) fn is_component(bytes: &[u8]) -> bool {
     bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [0x0d, 0x00, 0x01, 0x00]
 }
 
-/// What components may import, per compiler tier, without and with the
-/// p3 interfaces.
+/// What components may import: per compiler tier (WASI 0.2), and on the
+/// concurrent engine (WASI 0.2 and 0.3), for routes that allow p3. The p3
+/// interfaces are linked nowhere else, so no other path reaches
+/// wasmtime's experimental p3 host.
 pub(crate) struct Linkers {
-    p2: TierLinkers,
-    p3: TierLinkers,
-}
-
-struct TierLinkers {
     optimized: Linker<ComponentHost>,
     baseline: Option<Linker<ComponentHost>>,
+    concurrent: Linker<ComponentHost>,
 }
 
 impl Linkers {
     pub(crate) fn new(engine: &Engine) -> wasmtime::Result<Linkers> {
-        Ok(Linkers {
-            p2: TierLinkers::new(engine, false)?,
-            p3: TierLinkers::new(engine, true)?,
-        })
-    }
-
-    /// `p3`: whether the route allows wasi 0.3; without it the p3
-    /// interfaces are not even linked, so no path reaches wasmtime's
-    /// experimental host.
-    fn get(&self, tier: Tier, p3: bool) -> &Linker<ComponentHost> {
-        let set = if p3 { &self.p3 } else { &self.p2 };
-        match (tier, &set.baseline) {
-            (Tier::Baseline, Some(l)) => l,
-            _ => &set.optimized,
-        }
-    }
-}
-
-impl TierLinkers {
-    fn new(engine: &Engine, p3: bool) -> wasmtime::Result<TierLinkers> {
         let mut optimized = None;
         let mut baseline = None;
         for (wasmtime_engine, tier) in engine.all_wasmtime() {
-            let mut linker = Linker::new(wasmtime_engine);
-            wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-            if p3 {
-                // Beside p2: the interfaces are versioned apart (0.3.x).
-                wasmtime_wasi::p3::add_to_linker(&mut linker)?;
-                wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
-            }
-            wasmtime_wasi_config::add_to_linker(&mut linker, ComponentHost::config)?;
-            keyvalue::add_to_linker(&mut linker, ComponentHost::keyvalue)?;
+            let linker = linker(wasmtime_engine, false)?;
             match tier {
                 Tier::Optimized => optimized = Some(linker),
                 Tier::Baseline => baseline = Some(linker),
             }
         }
         let optimized = optimized.ok_or_else(|| wasmtime::format_err!("no optimising engine"))?;
-        Ok(TierLinkers {
+        Ok(Linkers {
             optimized,
             baseline,
+            concurrent: linker(engine.concurrent(), true)?,
         })
     }
+
+    fn get(&self, tier: Tier) -> &Linker<ComponentHost> {
+        match (tier, &self.baseline) {
+            (Tier::Baseline, Some(l)) => l,
+            _ => &self.optimized,
+        }
+    }
+}
+
+/// A linker for `engine`: WASI 0.2, wasi:http 0.2, wasi:config, the
+/// key-value stores, and with `p3` WASI 0.3 and wasi:http 0.3 beside them
+/// (the interfaces are versioned apart).
+fn linker(engine: &wasmtime::Engine, p3: bool) -> wasmtime::Result<Linker<ComponentHost>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    if p3 {
+        wasmtime_wasi::p3::add_to_linker(&mut linker)?;
+        wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
+    }
+    wasmtime_wasi_config::add_to_linker(&mut linker, ComponentHost::config)?;
+    keyvalue::add_to_linker(&mut linker, ComponentHost::keyvalue)?;
+    Ok(linker)
 }
 
 /// Which wasi:http world a component serves, linked.
@@ -197,35 +190,48 @@ pub(crate) fn load(
     tier: Tier,
 ) -> Result<(ComponentGuest, Tier), LoadError> {
     let file = info.file.clone();
-    let (component, tier) = engine.compile::<Component>(tier, bytes);
+    // A component that needs wasi 0.3 is refused unless the route allows
+    // it, and otherwise runs on the engine with concurrency support
+    // (Cranelift only): the others skip that support's cost.
+    let p3_use = p3::detect(bytes);
+    if let Some(why) = &p3_use
+        && !info.limits.wasi_http_p3
+    {
+        return Err(LoadError::Export {
+            file,
+            problem: p3::refusal(why),
+        });
+    }
+    let (component, tier, wasmtime_engine, linker) = if p3_use.is_some() {
+        let component = engine.compile_concurrent::<Component>(bytes);
+        let linker = &linkers.concurrent;
+        (component, Tier::Optimized, engine.concurrent(), linker)
+    } else {
+        let (component, tier) = engine.compile::<Component>(tier, bytes);
+        (component, tier, engine.wasmtime(tier).0, linkers.get(tier))
+    };
     let component = component.map_err(|e| LoadError::Invalid {
         file: file.clone(),
         reason: format!("{e:#}"),
     })?;
-    let (wasmtime_engine, _) = engine.wasmtime(tier);
     let ty = component.component_type();
     let exports: Vec<String> = ty
         .exports(wasmtime_engine)
         .map(|(name, _)| name.to_owned())
         .collect();
-    let imports: Vec<String> = ty
-        .imports(wasmtime_engine)
-        .filter(|(_, item)| matches!(item.ty, ComponentItem::ComponentInstance(_)))
-        .map(|(name, _)| name.to_owned())
-        .collect();
-    let p3_allowed = info.limits.wasi_http_p3;
-    let exports_p3 = exports.iter().any(|e| e.starts_with(p3::HANDLER));
-    if !p3_allowed && let Some(problem) = p3::refusal(exports_p3, &imports, bytes) {
-        return Err(LoadError::Export { file, problem });
-    }
-    let pre = linkers
-        .get(tier, p3_allowed)
-        .instantiate_pre(&component)
-        .map_err(|e| LoadError::Import {
+    let pre = linker.instantiate_pre(&component).map_err(|e| {
+        let imports: Vec<String> = ty
+            .imports(wasmtime_engine)
+            .filter(|(_, item)| matches!(item.ty, ComponentItem::ComponentInstance(_)))
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        LoadError::Import {
             file: file.clone(),
             module: format!("{e:#}"),
             name: imports.join(", "),
-        })?;
+        }
+    })?;
+    let exports_p3 = p3_use == Some(p3::P3Use::Handler);
     let pre = if exports_p3 {
         ServicePre::new(pre).map(Pre::P3)
     } else {
