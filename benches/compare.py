@@ -300,15 +300,15 @@ def start_each(wasmtime, wanted, baseline, servers):
                                                   WORK / "swan-tls.toml"], PORTS["swan-tls"])
     p3 = ROOT / "tests/guests/p3-component/target/wasm32-wasip2/release/p3_component.wasm"
     if "swan-p3" in wanted:
-        # A p3 component: its own swan, opted in (an older build as `base`
-        # would not know the key).
+        # A p3 component: its own swan, built with the `p3` feature and
+        # opted in (an older build as `base` would not know the key).
         p3_servlets = WORK / "p3-servlets"
         p3_servlets.mkdir(exist_ok=True)
         shutil.copy(p3, p3_servlets / "p3.wasm")
         (WORK / "swan-p3.toml").write_text(
             f'[server]\nlisten = ["{HOST}:{PORTS["swan-p3"]}"]\n[[site]]\nroot = "{www}"\n'
             f'servlets = "{p3_servlets}"\n[site.servlet]\nwasi_http_p3 = true\n')
-        servers["swan-p3"] = Server("swan-p3", [ROOT / "target/release/swan", "serve", "--config",
+        servers["swan-p3"] = Server("swan-p3", [ROOT / "target/p3/release/swan", "serve", "--config",
                                                 WORK / "swan-p3.toml"], PORTS["swan-p3"])
     # wasmtime serve's p3 defaults reuse an instance for 128 requests, 16 at
     # once; "fresh" sets reuse to 1 like swan's default.
@@ -645,6 +645,10 @@ def main():
     wasmtime = install()
     if not args.no_build:
         build()
+        if args.only == "p3":
+            # p3 support is a cargo feature (off by default): its own build.
+            run(["cargo", "build", "--release", "-p", "swan", "--bin", "swan", "--features", "p3",
+                 "--target-dir", "target/p3"], cwd=ROOT)
     WORK = Path(tempfile.mkdtemp(prefix="swan-compare-"))
     WORK.chmod(0o755)  # NGINX's workers run as another user and must read the files
     wanted = {"static": ["swan", "nginx", "limit"], "dynamic": ["swan", "wt-fresh", "wt-reuse"],

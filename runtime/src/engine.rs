@@ -1,7 +1,8 @@
 //! The wasmtime side of the process: one wasmtime engine per compiler tier
-//! (Cranelift, and Winch for fast hot reloads), and one more for components
-//! that use the component model's concurrency (wasi 0.3), each with the
-//! pooling allocator and copy-on-write memory images; async support (guests run on
+//! (Cranelift, and Winch for fast hot reloads), and, in builds with the
+//! `p3` feature, one more for components that use the component model's
+//! concurrency (wasi 0.3), each with the pooling allocator and
+//! copy-on-write memory images; async support (guests run on
 //! fibers and yield to the reactor); epoch interruption driven by a ticker
 //! thread; a small runtime thread for work off the request path; and the
 //! process-wide instance budget (`max_instances`) shared by both tiers.
@@ -71,6 +72,7 @@ pub struct Engine {
     /// Cranelift with concurrency support (the async ABI, streams,
     /// futures: what wasi 0.3 components use). Kept apart because that
     /// support costs every store: 11-20% of a p2 component's requests.
+    #[cfg(feature = "p3")]
     concurrent: wasmtime::Engine,
     budget: Arc<InstanceBudget>,
     background: tokio::runtime::Handle,
@@ -91,6 +93,7 @@ impl Engine {
     pub fn new(server: &ServerConfig) -> Result<Arc<Engine>, EngineError> {
         let (optimized, optimized_config) = wasmtime_engine(server, Tier::Optimized, false)?;
         let mut compilers = vec![(Tier::Optimized, Compiler::new(optimized_config))];
+        #[cfg(feature = "p3")]
         let (concurrent, _) = wasmtime_engine(server, Tier::Optimized, true)?;
         // The baseline compiler is an optimisation of hot reload only: if
         // it cannot start, every module is compiled by Cranelift.
@@ -106,9 +109,13 @@ impl Engine {
         };
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = {
-            let engines: Vec<wasmtime::Engine> = [&optimized, &concurrent]
-                .into_iter()
+            #[cfg(feature = "p3")]
+            let concurrent = Some(&concurrent);
+            #[cfg(not(feature = "p3"))]
+            let concurrent: Option<&wasmtime::Engine> = None;
+            let engines: Vec<wasmtime::Engine> = std::iter::once(&optimized)
                 .chain(baseline.as_ref())
+                .chain(concurrent)
                 .cloned()
                 .collect();
             let stop = stop.clone();
@@ -141,6 +148,7 @@ impl Engine {
         Ok(Arc::new(Engine {
             optimized,
             baseline,
+            #[cfg(feature = "p3")]
             concurrent,
             budget: Arc::new(InstanceBudget {
                 max: server.max_instances,
@@ -181,6 +189,7 @@ impl Engine {
     /// Compiles a component that uses the component model's concurrency,
     /// with Cranelift for the engine that supports it (and its cached code
     /// when an earlier compile left it).
+    #[cfg(feature = "p3")]
     pub(crate) fn compile_concurrent<A: code_cache::Artifact>(
         &self,
         wasm: &[u8],
@@ -189,6 +198,7 @@ impl Engine {
     }
 
     /// The engine with concurrency support.
+    #[cfg(feature = "p3")]
     pub fn concurrent(&self) -> &wasmtime::Engine {
         &self.concurrent
     }
@@ -295,8 +305,11 @@ fn wasmtime_engine(
     config
         .epoch_interruption(true)
         .memory_init_cow(true)
-        .concurrency_support(concurrent)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    #[cfg(feature = "p3")]
+    config.concurrency_support(concurrent);
+    #[cfg(not(feature = "p3"))]
+    let _ = concurrent;
     match tier {
         Tier::Optimized => {
             config

@@ -17,6 +17,8 @@ mod body;
 mod host;
 mod keyvalue;
 mod p3;
+#[cfg(feature = "p3")]
+mod p3_serve;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +33,7 @@ use wasmtime_wasi_config::WasiConfigVariables;
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
+#[cfg(feature = "p3")]
 use wasmtime_wasi_http::p3::bindings::{Service, ServicePre};
 
 pub(crate) use body::{BodyVerdict, LimitedBody};
@@ -66,6 +69,7 @@ pub(crate) fn is_component(bytes: &[u8]) -> bool {
 pub(crate) struct Linkers {
     optimized: Linker<ComponentHost>,
     baseline: Option<Linker<ComponentHost>>,
+    #[cfg(feature = "p3")]
     concurrent: Linker<ComponentHost>,
 }
 
@@ -84,6 +88,7 @@ impl Linkers {
         Ok(Linkers {
             optimized,
             baseline,
+            #[cfg(feature = "p3")]
             concurrent: linker(engine.concurrent(), true)?,
         })
     }
@@ -103,10 +108,13 @@ fn linker(engine: &wasmtime::Engine, p3: bool) -> wasmtime::Result<Linker<Compon
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    #[cfg(feature = "p3")]
     if p3 {
         wasmtime_wasi::p3::add_to_linker(&mut linker)?;
         wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
     }
+    #[cfg(not(feature = "p3"))]
+    let _ = p3;
     wasmtime_wasi_config::add_to_linker(&mut linker, ComponentHost::config)?;
     keyvalue::add_to_linker(&mut linker, ComponentHost::keyvalue)?;
     Ok(linker)
@@ -116,12 +124,14 @@ fn linker(engine: &wasmtime::Engine, p3: bool) -> wasmtime::Result<Linker<Compon
 #[derive(Clone)]
 enum Pre {
     P2(ProxyPre<ComponentHost>),
+    #[cfg(feature = "p3")]
     P3(ServicePre<ComponentHost>),
 }
 
 /// An instance's entry point, per world.
 enum Handler {
     P2(Proxy),
+    #[cfg(feature = "p3")]
     P3(Service),
 }
 
@@ -202,10 +212,25 @@ pub(crate) fn load(
             problem: p3::refusal(why),
         });
     }
-    let (component, tier, wasmtime_engine, linker) = if p3_use.is_some() {
+    #[cfg(not(feature = "p3"))]
+    if p3_use.is_some() {
+        return Err(LoadError::Export {
+            file,
+            problem: "needs wasi 0.3 (p3), and this swan was built without it: build with `--features p3`".to_owned(),
+        });
+    }
+    #[cfg(feature = "p3")]
+    let compiled = if p3_use.is_some() {
         let component = engine.compile_concurrent::<Component>(bytes);
         let linker = &linkers.concurrent;
-        (component, Tier::Optimized, engine.concurrent(), linker)
+        Some((component, Tier::Optimized, engine.concurrent(), linker))
+    } else {
+        None
+    };
+    #[cfg(not(feature = "p3"))]
+    let compiled = None;
+    let (component, tier, wasmtime_engine, linker) = if let Some(compiled) = compiled {
+        compiled
     } else {
         let (component, tier) = engine.compile::<Component>(tier, bytes);
         (component, tier, engine.wasmtime(tier).0, linkers.get(tier))
@@ -231,12 +256,14 @@ pub(crate) fn load(
             name: imports.join(", "),
         }
     })?;
-    let exports_p3 = p3_use == Some(p3::P3Use::Handler);
-    let pre = if exports_p3 {
+    #[cfg(feature = "p3")]
+    let pre = if p3_use == Some(p3::P3Use::Handler) {
         ServicePre::new(pre).map(Pre::P3)
     } else {
         ProxyPre::new(pre).map(Pre::P2)
     };
+    #[cfg(not(feature = "p3"))]
+    let pre = ProxyPre::new(pre).map(Pre::P2);
     let pre = pre.map_err(|_| LoadError::Export {
         file: file.clone(),
         problem: format!(
@@ -299,6 +326,7 @@ impl Guest for ComponentGuest {
         );
         let engine = match &self.pre {
             Pre::P2(pre) => pre.engine(),
+            #[cfg(feature = "p3")]
             Pre::P3(pre) => pre.engine(),
         };
         let mut store = Store::new(engine, host);
@@ -331,6 +359,7 @@ impl Guest for ComponentGuest {
         store.set_epoch_deadline(1);
         let handler = match &self.pre {
             Pre::P2(pre) => pre.instantiate_async(&mut store).await.map(Handler::P2),
+            #[cfg(feature = "p3")]
             Pre::P3(pre) => pre.instantiate_async(&mut store).await.map(Handler::P3),
         };
         let handler = match handler {
@@ -378,9 +407,10 @@ impl Guest for ComponentGuest {
                 };
                 (Call::P2(req, out), Box::pin(head))
             }
+            #[cfg(feature = "p3")]
             Handler::P3(_) => {
                 let (head_tx, head_rx) = oneshot::channel();
-                let prepared = p3::prepare(host, input.req)?;
+                let prepared = p3_serve::prepare(host, input.req)?;
                 (Call::P3(prepared, head_tx), Box::pin(head_rx))
             }
         };
@@ -409,9 +439,11 @@ impl Guest for ComponentGuest {
                                 .call_handle(&mut *store, req, out)
                                 .await
                         }
+                        #[cfg(feature = "p3")]
                         (Handler::P3(service), Call::P3(prepared, head)) => {
-                            p3::run(store, service, prepared, head).await
+                            p3_serve::run(store, service, prepared, head).await
                         }
+                        #[cfg(feature = "p3")]
                         _ => Err(wasmtime::format_err!(
                             "the request was made for another world"
                         )),
@@ -549,7 +581,8 @@ enum Call {
         wasmtime::component::Resource<wasmtime_wasi_http::p2::types::HostIncomingRequest>,
         wasmtime::component::Resource<wasmtime_wasi_http::p2::types::HostResponseOutparam>,
     ),
-    P3(p3::Prepared, oneshot::Sender<Head>),
+    #[cfg(feature = "p3")]
+    P3(p3_serve::Prepared, oneshot::Sender<Head>),
 }
 
 /// What the guest answered: its response (with, for p3, the signal its

@@ -1,29 +1,10 @@
-//! wasi:http 0.3 (p3) components: the `wasi:http/service` world, served
-//! only where a route opts in (`wasi_http_p3 = true`) while wasmtime calls
-//! its p3 host experimental.
-//!
-//! A p3 guest runs inside wasmtime's concurrent event loop
-//! (`run_concurrent`): its `handle` returns the response, and the guest
-//! goes on writing the body's stream in tasks of its own. The loop keeps
-//! running until the client has the whole body (or has gone), then the
-//! instance is finished like any other.
+//! Which components are wasi:http 0.3 (p3), or otherwise need the
+//! component model's concurrency: read from the bytes before compiling, so
+//! a route that has not opted in (`wasi_http_p3`), or a build without the
+//! `p3` feature, refuses them with the reason. Serving them is
+//! `p3_serve`'s.
 
-use std::future::Future;
-use std::pin::Pin;
-
-use http::Request;
-use tokio::sync::oneshot;
 use wasmparser::{CanonicalFunction, CanonicalOption, Parser, Payload};
-use wasmtime::Store;
-use wasmtime::component::Resource;
-use wasmtime_wasi_http::p2::body::HyperIncomingBody;
-use wasmtime_wasi_http::p3::bindings::Service;
-use wasmtime_wasi_http::p3::bindings::http::types::ErrorCode;
-use wasmtime_wasi_http::{WasiHttpView, p3};
-
-use super::host::ComponentHost;
-use super::{GuestCode, Head};
-use crate::request::RequestError;
 
 /// The export every wasi:http 0.3 component has (any 0.3.x).
 pub(crate) const HANDLER: &str = "wasi:http/handler@0.3";
@@ -108,84 +89,6 @@ pub(super) fn refusal(why: &P3Use) -> String {
     format!(
         "{what}, which wasmtime 48 calls experimental: set `wasi_http_p3 = true` in its `[[site.route]]` (or in `[site.servlet]` for a servlets folder) to serve it"
     )
-}
-
-/// A request made into the guest's resources, with the future that
-/// reports how reading its body went.
-pub(super) struct Prepared {
-    req: Resource<p3::Request>,
-    io: Pin<Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>>,
-}
-
-/// Makes `req` (origin-form target, Host header present) a p3 request in
-/// `host`'s table, with scheme `http` and the Host as its authority.
-pub(super) fn prepare(
-    host: &mut ComponentHost,
-    req: Request<HyperIncomingBody>,
-) -> Result<Prepared, RequestError> {
-    let (mut parts, body) = req.into_parts();
-    let authority = parts
-        .headers
-        .get(http::header::HOST)
-        .and_then(|h| http::uri::Authority::try_from(h.as_bytes()).ok())
-        .ok_or(RequestError::BadRequest("no usable Host"))?;
-    let mut uri = std::mem::take(&mut parts.uri).into_parts();
-    uri.scheme = Some(http::uri::Scheme::HTTP);
-    uri.authority = Some(authority);
-    parts.uri =
-        http::Uri::from_parts(uri).map_err(|_| RequestError::BadRequest("unusable path"))?;
-    let http = host.http();
-    let (req, io) = p3::Request::from_http(http.hooks, Request::from_parts(parts, body));
-    let req = http.table.push(req).map_err(|_| RequestError::Internal)?;
-    Ok(Prepared {
-        req,
-        io: Box::pin(io),
-    })
-}
-
-/// Runs one request to the end of its response body.
-pub(super) async fn run(
-    store: &mut Store<ComponentHost>,
-    service: &Service,
-    prepared: Prepared,
-    head: oneshot::Sender<Head>,
-) -> wasmtime::Result<()> {
-    let Prepared { req, io } = prepared;
-    store
-        .run_concurrent(async move |accessor| -> wasmtime::Result<()> {
-            let answer = service
-                .wasi_http_handler()
-                .call_handle(accessor, req)
-                .await?;
-            let res = match answer {
-                Ok(res) => res,
-                Err(code) => {
-                    let _ = head.send(Err(guest_code(&code)));
-                    return Ok(());
-                }
-            };
-            let res = accessor.with(|mut access| {
-                let res = access.get().http().table.delete(res)?;
-                res.into_http(&mut access, io)
-            })?;
-            let (sent_tx, sent_rx) = oneshot::channel();
-            if head.send(Ok((res, Some(sent_tx)))).is_ok() {
-                // The guest writes its body from here; the loop runs until
-                // the body is sent or dropped.
-                let _ = sent_rx.await;
-            }
-            Ok(())
-        })
-        .await?
-}
-
-/// What a p3 guest's own error code means for the client.
-fn guest_code(code: &ErrorCode) -> GuestCode {
-    match code {
-        ErrorCode::HttpRequestBodySize(_) => GuestCode::BodyTooLarge,
-        ErrorCode::ConnectionReadTimeout | ErrorCode::HttpResponseTimeout => GuestCode::Timeout,
-        other => GuestCode::Other(format!("{other:?}")),
-    }
 }
 
 #[cfg(test)]
