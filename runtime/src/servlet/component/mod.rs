@@ -16,6 +16,7 @@
 mod body;
 mod host;
 mod keyvalue;
+mod linkers;
 mod p3;
 #[cfg(feature = "p3")]
 mod p3_serve;
@@ -27,7 +28,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use http_body::Body as HttpBody;
 use tokio::sync::oneshot;
-use wasmtime::component::{Component, Linker, types::ComponentItem};
+use wasmtime::component::{Component, types::ComponentItem};
 use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi_config::WasiConfigVariables;
 use wasmtime_wasi_http::WasiHttpView;
@@ -37,6 +38,7 @@ use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 use wasmtime_wasi_http::p3::bindings::{Service, ServicePre};
 
 pub(crate) use body::{BodyVerdict, LimitedBody};
+pub(crate) use linkers::Linkers;
 
 use super::LoadError;
 use super::deadline::Deadline;
@@ -60,64 +62,6 @@ const HOST_CALL_GRACE: Duration = Duration::from_millis(500);
 pub(crate) fn is_component(bytes: &[u8]) -> bool {
     // A component's preamble: magic, then version 0x0d and layer 1.
     bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [0x0d, 0x00, 0x01, 0x00]
-}
-
-/// What components may import: per compiler tier (WASI 0.2), and on the
-/// concurrent engine (WASI 0.2 and 0.3), for routes that allow p3. The p3
-/// interfaces are linked nowhere else, so no other path reaches
-/// wasmtime's experimental p3 host.
-pub(crate) struct Linkers {
-    optimized: Linker<ComponentHost>,
-    baseline: Option<Linker<ComponentHost>>,
-    #[cfg(feature = "p3")]
-    concurrent: Linker<ComponentHost>,
-}
-
-impl Linkers {
-    pub(crate) fn new(engine: &Engine) -> wasmtime::Result<Linkers> {
-        let mut optimized = None;
-        let mut baseline = None;
-        for (wasmtime_engine, tier) in engine.all_wasmtime() {
-            let linker = linker(wasmtime_engine, false)?;
-            match tier {
-                Tier::Optimized => optimized = Some(linker),
-                Tier::Baseline => baseline = Some(linker),
-            }
-        }
-        let optimized = optimized.ok_or_else(|| wasmtime::format_err!("no optimising engine"))?;
-        Ok(Linkers {
-            optimized,
-            baseline,
-            #[cfg(feature = "p3")]
-            concurrent: linker(engine.concurrent(), true)?,
-        })
-    }
-
-    fn get(&self, tier: Tier) -> &Linker<ComponentHost> {
-        match (tier, &self.baseline) {
-            (Tier::Baseline, Some(l)) => l,
-            _ => &self.optimized,
-        }
-    }
-}
-
-/// A linker for `engine`: WASI 0.2, wasi:http 0.2, wasi:config, the
-/// key-value stores, and with `p3` WASI 0.3 and wasi:http 0.3 beside them
-/// (the interfaces are versioned apart).
-fn linker(engine: &wasmtime::Engine, p3: bool) -> wasmtime::Result<Linker<ComponentHost>> {
-    let mut linker = Linker::new(engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    #[cfg(feature = "p3")]
-    if p3 {
-        wasmtime_wasi::p3::add_to_linker(&mut linker)?;
-        wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
-    }
-    #[cfg(not(feature = "p3"))]
-    let _ = p3;
-    wasmtime_wasi_config::add_to_linker(&mut linker, ComponentHost::config)?;
-    keyvalue::add_to_linker(&mut linker, ComponentHost::keyvalue)?;
-    Ok(linker)
 }
 
 /// Which wasi:http world a component serves, linked.
