@@ -35,6 +35,11 @@ use crate::request::Peer;
 /// What opens every HTTP/2 connection with prior knowledge.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// How long, and how many bytes, a connection hyper closed is read and
+/// discarded before the socket is closed (NGINX's lingering close).
+const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+const LINGER_BYTES: usize = 16 << 20;
+
 /// Serves one plain TCP connection until it closes, times out, or the
 /// server shuts down.
 pub(crate) async fn serve(
@@ -124,8 +129,15 @@ pub(crate) async fn serve(
             Ok(parts) => {
                 io = parts.io.into_inner();
                 // Released to close, or the client closed, or hyper
-                // closed (`Connection: close`, a bad request).
-                if !io.take_released() || closing {
+                // closed (`Connection: close`, a bad request, an answer
+                // such as 413 given before the body was read).
+                if closing {
+                    return;
+                }
+                if !io.take_released() {
+                    // Boxed: its buffer would otherwise size every
+                    // connection's task.
+                    Box::pin(linger_close(io)).await;
                     return;
                 }
                 service = parts.service;
@@ -136,6 +148,34 @@ pub(crate) async fn serve(
             }
         }
     }
+}
+
+/// Closes a connection hyper is done with without losing its last answer.
+/// A client still sending a body the server did not read (a 413 given on
+/// the declared length, an early error) would otherwise get a reset as the
+/// socket closes with unread bytes, and a reset can destroy the response
+/// before the client reads it. So: end the write side (the client sees the
+/// end of the response), then read and discard until the client closes,
+/// for at most [`LINGER_TIME`] and [`LINGER_BYTES`].
+async fn linger_close<S>(mut io: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if io.shutdown().await.is_err() {
+        return;
+    }
+    let discard = async {
+        let mut buf = [0u8; 8192];
+        let mut total = 0;
+        while total < LINGER_BYTES {
+            match io.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER_TIME, discard).await;
 }
 
 /// Counts a connection parked for as long as it lives.
