@@ -34,6 +34,7 @@ use wasmtime_wasi_config::WasiConfigVariables;
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 #[cfg(feature = "p3")]
 use wasmtime_wasi_http::p3::bindings::{Service, ServicePre};
 
@@ -51,6 +52,8 @@ use crate::request::RequestError;
 use crate::store::Stores;
 use body::{GuestBody, Outcome};
 use host::ComponentHost;
+#[cfg(feature = "p3")]
+use p3::P3Use;
 
 /// The export every wasi:http 0.2 component has.
 pub(crate) const INCOMING_HANDLER: &str = "wasi:http/incoming-handler@0.2.12";
@@ -156,28 +159,25 @@ pub(crate) fn load(
             problem: p3::refusal(why),
         });
     }
-    #[cfg(not(feature = "p3"))]
-    if p3_use.is_some() {
-        return Err(LoadError::Export {
-            file,
-            problem: "needs wasi 0.3 (p3), and this swan was built without it: build with `--features p3`".to_owned(),
-        });
-    }
-    #[cfg(feature = "p3")]
-    let compiled = if p3_use.is_some() {
-        let component = engine.compile_concurrent::<Component>(bytes);
-        let linker = &linkers.concurrent;
-        Some((component, Tier::Optimized, engine.concurrent(), linker))
-    } else {
-        None
-    };
-    #[cfg(not(feature = "p3"))]
-    let compiled = None;
-    let (component, tier, wasmtime_engine, linker) = if let Some(compiled) = compiled {
-        compiled
-    } else {
-        let (component, tier) = engine.compile::<Component>(tier, bytes);
-        (component, tier, engine.wasmtime(tier).0, linkers.get(tier))
+    let (component, tier, wasmtime_engine, linker) = match p3_use {
+        None => {
+            let (component, tier) = engine.compile::<Component>(tier, bytes);
+            (component, tier, engine.wasmtime(tier).0, linkers.get(tier))
+        }
+        #[cfg(feature = "p3")]
+        Some(_) => (
+            engine.compile_concurrent::<Component>(bytes),
+            Tier::Optimized,
+            engine.concurrent(),
+            &linkers.concurrent,
+        ),
+        #[cfg(not(feature = "p3"))]
+        Some(_) => {
+            return Err(LoadError::Export {
+                file,
+                problem: "needs wasi 0.3 (p3), and this swan was built without it: build with `--features p3`".to_owned(),
+            });
+        }
     };
     let component = component.map_err(|e| LoadError::Invalid {
         file: file.clone(),
@@ -201,7 +201,7 @@ pub(crate) fn load(
         }
     })?;
     #[cfg(feature = "p3")]
-    let pre = if p3_use == Some(p3::P3Use::Handler) {
+    let pre = if p3_use == Some(P3Use::Handler) {
         ServicePre::new(pre).map(Pre::P3)
     } else {
         ProxyPre::new(pre).map(Pre::P2)
@@ -334,7 +334,7 @@ impl Guest for ComponentGuest {
         host.kv.reset();
         // The request, made into the guest's resources, and where its
         // answer will come from.
-        let (call, head_rx): (Call, HeadFuture) = match &instance.handler {
+        let (call, head_rx) = match &instance.handler {
             Handler::P2(_) => {
                 let (resp_tx, resp_rx) = oneshot::channel();
                 let mut http = host.http();
@@ -344,18 +344,13 @@ impl Guest for ComponentGuest {
                 let out = http
                     .new_response_outparam(resp_tx)
                     .map_err(|_| RequestError::Internal)?;
-                let head = async move {
-                    resp_rx
-                        .await
-                        .map(|r| r.map(|res| (res, None)).map_err(|c| p2_code(&c)))
-                };
-                (Call::P2(req, out), Box::pin(head))
+                (Call::P2(req, out), HeadRx::P2(resp_rx))
             }
             #[cfg(feature = "p3")]
             Handler::P3(_) => {
                 let (head_tx, head_rx) = oneshot::channel();
                 let prepared = p3_serve::prepare(host, input.req)?;
-                (Call::P3(prepared, head_tx), Box::pin(head_rx))
+                (Call::P3(prepared, head_tx), HeadRx::P3(head_rx))
             }
         };
         instance.store.set_epoch_deadline(1);
@@ -431,7 +426,7 @@ impl Guest for ComponentGuest {
             }
         });
         let abort = task.abort_handle();
-        match head_rx.await {
+        match head_rx.recv().await {
             Ok(Ok((res, sent))) => {
                 head_sent.store(true, Ordering::Relaxed);
                 // A body over the limit (or too slow) gets 413 (408)
@@ -532,17 +527,28 @@ enum Call {
 /// What the guest answered: its response (with, for p3, the signal its
 /// event loop waits for, dropped once the body is sent or abandoned), or
 /// its own error code.
-pub(super) type Head = Result<
-    (
-        Response<wasmtime_wasi_http::p2::body::HyperOutgoingBody>,
-        Option<oneshot::Sender<()>>,
-    ),
-    GuestCode,
->;
+pub(super) type Head =
+    Result<(Response<HyperOutgoingBody>, Option<oneshot::Sender<()>>), GuestCode>;
 
-/// The guest's answer, when it comes; an error if it never will.
-type HeadFuture =
-    std::pin::Pin<Box<dyn Future<Output = Result<Head, oneshot::error::RecvError>> + Send>>;
+/// Where the guest's answer will come from, per world.
+enum HeadRx {
+    P2(oneshot::Receiver<Result<Response<HyperOutgoingBody>, ErrorCode>>),
+    #[cfg(feature = "p3")]
+    P3(oneshot::Receiver<Head>),
+}
+
+impl HeadRx {
+    /// The guest's answer, when it comes; an error if it never will.
+    async fn recv(self) -> Result<Head, oneshot::error::RecvError> {
+        match self {
+            HeadRx::P2(rx) => rx
+                .await
+                .map(|r| r.map(|res| (res, None)).map_err(|c| p2_code(&c))),
+            #[cfg(feature = "p3")]
+            HeadRx::P3(rx) => rx.await,
+        }
+    }
+}
 
 /// What a p2 guest's own error code means.
 fn p2_code(code: &ErrorCode) -> GuestCode {
