@@ -203,12 +203,6 @@ impl Engine {
         &self.concurrent
     }
 
-    /// Every wasmtime engine without concurrency support, optimising first.
-    pub fn all_wasmtime(&self) -> impl Iterator<Item = (&wasmtime::Engine, Tier)> {
-        std::iter::once((&self.optimized, Tier::Optimized))
-            .chain(self.baseline.as_ref().map(|e| (e, Tier::Baseline)))
-    }
-
     /// A place for one more instance in the process-wide budget, or `None`
     /// when `max_instances` exist already. The place is given back when the
     /// ticket is dropped (with the instance's store).
@@ -252,6 +246,35 @@ impl Engine {
             let _ = tx.send(task.await);
         });
         rx.recv().ok()
+    }
+}
+
+/// One value per compiler tier, made for each tier's engine (the linkers
+/// of each guest kind); the optimising tier's stands in when there is no
+/// baseline compiler.
+pub(crate) struct PerTier<T> {
+    optimized: T,
+    baseline: Option<T>,
+}
+
+impl<T> PerTier<T> {
+    /// `make`'s value for each tier's engine.
+    pub(crate) fn new<E>(
+        engine: &Engine,
+        mut make: impl FnMut(&wasmtime::Engine) -> Result<T, E>,
+    ) -> Result<PerTier<T>, E> {
+        Ok(PerTier {
+            optimized: make(&engine.optimized)?,
+            baseline: engine.baseline.as_ref().map(&mut make).transpose()?,
+        })
+    }
+
+    /// The value for `tier`.
+    pub(crate) fn get(&self, tier: Tier) -> &T {
+        match (tier, &self.baseline) {
+            (Tier::Baseline, Some(v)) => v,
+            _ => &self.optimized,
+        }
     }
 }
 

@@ -4,44 +4,29 @@ use wasmtime::component::Linker;
 
 use super::host::ComponentHost;
 use super::keyvalue;
-use crate::engine::{Engine, Tier};
+use crate::engine::{Engine, PerTier, Tier};
 
 /// What components may import: per compiler tier (WASI 0.2), and on the
 /// concurrent engine (WASI 0.2 and 0.3), for routes that allow p3. The p3
 /// interfaces are linked nowhere else, so no other path reaches
 /// wasmtime's experimental p3 host.
 pub(crate) struct Linkers {
-    optimized: Linker<ComponentHost>,
-    baseline: Option<Linker<ComponentHost>>,
+    tiers: PerTier<Linker<ComponentHost>>,
     #[cfg(feature = "p3")]
     pub(super) concurrent: Linker<ComponentHost>,
 }
 
 impl Linkers {
     pub(crate) fn new(engine: &Engine) -> wasmtime::Result<Linkers> {
-        let mut optimized = None;
-        let mut baseline = None;
-        for (wasmtime_engine, tier) in engine.all_wasmtime() {
-            let linker = linker(wasmtime_engine, false)?;
-            match tier {
-                Tier::Optimized => optimized = Some(linker),
-                Tier::Baseline => baseline = Some(linker),
-            }
-        }
-        let optimized = optimized.ok_or_else(|| wasmtime::format_err!("no optimising engine"))?;
         Ok(Linkers {
-            optimized,
-            baseline,
+            tiers: PerTier::new(engine, |e| linker(e, false))?,
             #[cfg(feature = "p3")]
             concurrent: linker(engine.concurrent(), true)?,
         })
     }
 
     pub(super) fn get(&self, tier: Tier) -> &Linker<ComponentHost> {
-        match (tier, &self.baseline) {
-            (Tier::Baseline, Some(l)) => l,
-            _ => &self.optimized,
-        }
+        self.tiers.get(tier)
     }
 }
 

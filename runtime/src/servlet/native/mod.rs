@@ -30,7 +30,7 @@ use super::guest::{Guest, GuestError, Lent};
 use super::info::{CallContext, ServletInfo};
 use super::outbound::Outbound;
 use crate::body::Body;
-use crate::engine::{Engine, Tier};
+use crate::engine::{Engine, PerTier, Tier};
 use crate::request::{BodyPolicy, RequestError, body};
 use crate::store::{StoreAccess, Stores};
 use host::{Host, RequestData, ResponseData};
@@ -40,39 +40,24 @@ use host::{Host, RequestData, ResponseData};
 const HOST_CALL_GRACE: Duration = Duration::from_millis(500);
 
 /// What native guests may import, per compiler tier.
-pub(crate) struct Linkers {
-    optimized: Linker<Host>,
-    baseline: Option<Linker<Host>>,
-}
+pub(crate) struct Linkers(PerTier<Linker<Host>>);
 
 impl Linkers {
     /// The `swan` ABI and WASI preview 1, for every engine tier.
     pub(crate) fn new(engine: &Engine) -> wasmtime::Result<Linkers> {
-        let mut optimized = None;
-        let mut baseline = None;
-        for (wasmtime_engine, tier) in engine.all_wasmtime() {
+        PerTier::new(engine, |wasmtime_engine| {
             let mut linker = Linker::new(wasmtime_engine);
             abi::add_to_linker(&mut linker)?;
             fetch::add_to_linker(&mut linker)?;
             kv::add_to_linker(&mut linker)?;
             wasmtime_wasi::p1::add_to_linker_async(&mut linker, |h: &mut Host| &mut h.wasi)?;
-            match tier {
-                Tier::Optimized => optimized = Some(linker),
-                Tier::Baseline => baseline = Some(linker),
-            }
-        }
-        let optimized = optimized.ok_or_else(|| wasmtime::format_err!("no optimising engine"))?;
-        Ok(Linkers {
-            optimized,
-            baseline,
+            Ok(linker)
         })
+        .map(Linkers)
     }
 
     fn get(&self, tier: Tier) -> &Linker<Host> {
-        match (tier, &self.baseline) {
-            (Tier::Baseline, Some(l)) => l,
-            _ => &self.optimized,
-        }
+        self.0.get(tier)
     }
 }
 
