@@ -104,18 +104,7 @@ async fn a_p3_component_is_refused_unless_its_route_opts_in() -> Result<()> {
 async fn a_component_using_the_async_abi_needs_the_opt_in_too() -> Result<()> {
     // No wasi:http export at all, but an async lift: refused for what it
     // uses before anything else.
-    let with_async = wat::parse_str(
-        r#"(component
-            (core module $m
-                (import "" "task.return" (func (param i32)))
-                (func (export "f") (result i32) i32.const 0)
-                (func (export "cb") (param i32 i32 i32) (result i32) i32.const 0))
-            (core func $ret (canon task.return (result u32)))
-            (core instance $i (instantiate $m (with "" (instance (export "task.return" (func $ret))))))
-            (type $f (func async (result u32)))
-            (func (export "f") (type $f)
-                (canon lift (core func $i "f") async (callback (core func $i "cb")))))"#,
-    )?;
+    let with_async = wat::parse_str(include_str!("../guests/async-lift.wat"))?;
     let (site, server) = start("wasi_http_p3 = false\n").await?;
     site.file("servlets/a.wasm", with_async)?;
     let seen = eventually(WAIT, || async { refused(&server, "a.wasm", "async ABI") }).await;

@@ -105,19 +105,8 @@ mod tests {
         )
         .expect("valid component");
         assert_eq!(detect(&sync), None);
-        let with_async = wat::parse_str(
-            r#"(component
-                (core module $m
-                    (import "" "task.return" (func (param i32)))
-                    (func (export "f") (result i32) i32.const 0)
-                    (func (export "cb") (param i32 i32 i32) (result i32) i32.const 0))
-                (core func $ret (canon task.return (result u32)))
-                (core instance $i (instantiate $m (with "" (instance (export "task.return" (func $ret))))))
-                (type $f (func async (result u32)))
-                (func (export "f") (type $f)
-                    (canon lift (core func $i "f") async (callback (core func $i "cb")))))"#,
-        )
-        .expect("valid component");
+        let with_async = wat::parse_str(include_str!("../../../../tests/guests/async-lift.wat"))
+            .expect("valid component");
         assert_eq!(detect(&with_async), Some(P3Use::AsyncAbi));
         let imports_p3 = wat::parse_str(
             r#"(component (import "wasi:clocks/monotonic-clock@0.3.0" (instance)))"#,
