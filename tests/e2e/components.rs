@@ -3,15 +3,15 @@
 //! outbound HTTP under the route's rules. The guest that misbehaves on
 //! request is `tests/guests/faults-component` (Rust, built from source).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use swan_tests::{TestServer, TestSite, eventually};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+
+use crate::component_checks;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -85,29 +85,18 @@ async fn component_faults_answer_like_native_ones_and_leak_nothing() -> Result<(
     let (_site, server) =
         start("timeout = \"500ms\"\nmax_memory = \"16 MiB\"\nmax_response_bytes = \"64 KiB\"\n")
             .await?;
-    for (path, status) in [
-        ("/f/trap", StatusCode::INTERNAL_SERVER_ERROR),
-        ("/f/oom", StatusCode::INTERNAL_SERVER_ERROR),
-        ("/f/no-response", StatusCode::INTERNAL_SERVER_ERROR),
-        ("/f/loop", StatusCode::GATEWAY_TIMEOUT),
-        ("/f/sleep?ms=5000", StatusCode::GATEWAY_TIMEOUT),
-    ] {
-        let started = Instant::now();
-        let r = server.get(path).await?;
-        assert_eq!(r.status, status, "{path}");
-        assert!(
-            started.elapsed() < Duration::from_secs(4),
-            "{path}: {:?}",
-            started.elapsed()
-        );
-        let text = r.text().to_lowercase();
-        assert!(
-            !text.contains("trap") && !text.contains("wasm"),
-            "{path}: {text}"
-        );
-        assert_eq!(server.get("/f/ok").await?.text(), "ok", "after {path}");
-        assert_eq!(server.get("/").await?.text(), "home", "after {path}");
-    }
+    component_checks::faults_answer_and_the_server_stays_up(
+        &server,
+        "/f",
+        &[
+            ("/trap", StatusCode::INTERNAL_SERVER_ERROR),
+            ("/oom", StatusCode::INTERNAL_SERVER_ERROR),
+            ("/no-response", StatusCode::INTERNAL_SERVER_ERROR),
+            ("/loop", StatusCode::GATEWAY_TIMEOUT),
+            ("/sleep?ms=5000", StatusCode::GATEWAY_TIMEOUT),
+        ],
+    )
+    .await?;
     // Output past the per-request cap is dropped, not an error, and a
     // file outside the sandbox cannot be read.
     assert_eq!(server.get("/f/print?n=200").await?.text(), "printed");
@@ -118,38 +107,7 @@ async fn component_faults_answer_like_native_ones_and_leak_nothing() -> Result<(
 #[tokio::test]
 async fn a_component_failing_mid_stream_aborts_its_response() -> Result<()> {
     let (_site, server) = start("").await?;
-    // HTTP/1.1: the connection closes without the terminating chunk.
-    let mut stream = TcpStream::connect(server.addr()).await?;
-    stream
-        .write_all(b"GET /f/stream-then-trap?n=64 HTTP/1.1\r\nHost: a\r\n\r\n")
-        .await?;
-    let mut got = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got)).await;
-    let text = String::from_utf8_lossy(&got);
-    assert!(
-        text.starts_with("HTTP/1.1 200"),
-        "{}",
-        &text[..text.len().min(200)]
-    );
-    assert!(text.contains("transfer-encoding: chunked"), "not chunked");
-    assert!(
-        !text.ends_with("0\r\n\r\n"),
-        "a truncated response ended cleanly"
-    );
-    // HTTP/2: the stream is reset, the client sees an error, not a short 200.
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .http2_only(true)
-        .build_http::<Full<Bytes>>();
-    let res = client
-        .request(Request::get(server.url("/f/stream-then-trap?n=64")).body(Full::default())?)
-        .await?;
-    assert_eq!(res.status(), StatusCode::OK);
-    assert!(
-        res.into_body().collect().await.is_err(),
-        "h2 body ended cleanly"
-    );
-    assert_eq!(server.get("/f/ok").await?.text(), "ok");
-    Ok(())
+    component_checks::failing_mid_stream_aborts_the_response(&server, "/f").await
 }
 
 #[tokio::test]
@@ -165,74 +123,20 @@ async fn a_streamed_response_of_many_megabytes_arrives_whole_to_a_slow_reader() 
         "[server]\nmax_instances = 16\nsend_timeout = \"2s\"\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nprewarm = 1\ntimeout = \"2s\"\n",
     )?;
     let server = TestServer::start(config).await?;
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Full<Bytes>>();
-    let res = client
-        .request(Request::get(server.url("/hello/stream?n=16384")).body(Full::default())?)
-        .await?;
-    assert_eq!(res.status(), StatusCode::OK);
-    let mut body = res.into_body();
-    let mut total = 0usize;
-    let mut unpaced = 0usize;
-    let started = Instant::now();
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame?.into_data() {
-            total += data.len();
-            unpaced += data.len();
-            // About 6 MiB/s, paced every 256 KiB: 16 MiB take nearly three
-            // seconds, past the guest's deadline in wall time, not in
-            // guest time.
-            if unpaced >= 256 << 10 {
-                tokio::time::sleep(Duration::from_secs_f64(unpaced as f64 / (6 << 20) as f64))
-                    .await;
-                unpaced = 0;
-            }
-        }
-    }
-    assert!(
-        started.elapsed() > Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
-    assert_eq!(total, 16384 * 1024, "after {:?}", started.elapsed());
-    Ok(())
+    // 16 MiB at about 6 MiB/s take nearly three seconds.
+    component_checks::a_slow_reader_gets_the_whole_stream(
+        &server,
+        "/hello/stream?n=16384",
+        16384,
+        Duration::from_secs(2),
+    )
+    .await
 }
 
 #[tokio::test]
 async fn request_bodies_stream_into_the_guest_under_the_size_and_rate_rules() -> Result<()> {
     let (_site, server) = start("max_body_bytes = \"1 MiB\"\n").await?;
-    let body = vec![b'u'; 900 << 10];
-    let r = server
-        .send(Request::post(server.url("/f/upload")).body(Full::new(Bytes::from(body)))?)
-        .await?;
-    assert_eq!(r.text(), (900 << 10).to_string());
-    // Declared too large: 413 before the guest runs.
-    let r = server
-        .send(
-            Request::post(server.url("/f/upload"))
-                .body(Full::new(Bytes::from(vec![0u8; 2 << 20])))?,
-        )
-        .await?;
-    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
-    // Chunked and too large: found while streaming, still 413.
-    let mut stream = TcpStream::connect(server.addr()).await?;
-    stream
-        .write_all(b"POST /f/upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
-        .await?;
-    let chunk = format!("{:x}\r\n{}\r\n", 64 << 10, "c".repeat(64 << 10));
-    for _ in 0..20 {
-        if stream.write_all(chunk.as_bytes()).await.is_err() {
-            break;
-        }
-    }
-    let _ = stream.write_all(b"0\r\n\r\n").await;
-    let answer = swan_tests::read_until_close(&mut stream, Duration::from_secs(5)).await;
-    assert!(
-        answer.starts_with("HTTP/1.1 413"),
-        "{}",
-        &answer[..answer.len().min(200)]
-    );
-    Ok(())
+    component_checks::uploads_follow_the_size_rules(&server, "/f").await
 }
 
 #[tokio::test]

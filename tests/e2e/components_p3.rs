@@ -6,15 +6,15 @@
 //! `tests/guests/p3-component` (Rust, wasip3, built from source).
 
 use std::convert::Infallible;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use swan_tests::{TestServer, TestSite, eventually};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+
+use crate::component_checks;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -182,29 +182,18 @@ async fn every_request_gets_a_fresh_p3_instance_unless_reuse_is_set() -> Result<
 #[tokio::test]
 async fn p3_faults_answer_like_p2_ones_and_the_server_stays_up() -> Result<()> {
     let (_site, server) = start("timeout = \"500ms\"\nmax_memory = \"16 MiB\"\n").await?;
-    for (path, status) in [
-        ("/p/trap", StatusCode::INTERNAL_SERVER_ERROR),
-        ("/p/oom", StatusCode::INTERNAL_SERVER_ERROR),
-        ("/p/error", StatusCode::INTERNAL_SERVER_ERROR),
-        ("/p/loop", StatusCode::GATEWAY_TIMEOUT),
-        ("/p/sleep?ms=5000", StatusCode::GATEWAY_TIMEOUT),
-    ] {
-        let started = Instant::now();
-        let r = server.get(path).await?;
-        assert_eq!(r.status, status, "{path}");
-        assert!(
-            started.elapsed() < Duration::from_secs(4),
-            "{path}: {:?}",
-            started.elapsed()
-        );
-        let text = r.text().to_lowercase();
-        assert!(
-            !text.contains("trap") && !text.contains("wasm"),
-            "{path}: {text}"
-        );
-        assert_eq!(server.get("/p/ok").await?.text(), "ok", "after {path}");
-        assert_eq!(server.get("/").await?.text(), "home", "after {path}");
-    }
+    component_checks::faults_answer_and_the_server_stays_up(
+        &server,
+        "/p",
+        &[
+            ("/trap", StatusCode::INTERNAL_SERVER_ERROR),
+            ("/oom", StatusCode::INTERNAL_SERVER_ERROR),
+            ("/error", StatusCode::INTERNAL_SERVER_ERROR),
+            ("/loop", StatusCode::GATEWAY_TIMEOUT),
+            ("/sleep?ms=5000", StatusCode::GATEWAY_TIMEOUT),
+        ],
+    )
+    .await?;
     assert_eq!(server.get("/p/sleep?ms=50").await?.text(), "slept");
     assert_eq!(server.get("/p/print").await?.text(), "printed");
     Ok(())
@@ -213,119 +202,26 @@ async fn p3_faults_answer_like_p2_ones_and_the_server_stays_up() -> Result<()> {
 #[tokio::test]
 async fn a_p3_component_failing_mid_stream_aborts_its_response() -> Result<()> {
     let (_site, server) = start("").await?;
-    let mut stream = TcpStream::connect(server.addr()).await?;
-    stream
-        .write_all(b"GET /p/stream-then-trap?n=64 HTTP/1.1\r\nHost: a\r\n\r\n")
-        .await?;
-    let mut got = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got)).await;
-    let text = String::from_utf8_lossy(&got);
-    assert!(
-        text.starts_with("HTTP/1.1 200"),
-        "{}",
-        &text[..text.len().min(200)]
-    );
-    assert!(text.contains("transfer-encoding: chunked"), "not chunked");
-    assert!(
-        !text.ends_with("0\r\n\r\n"),
-        "a truncated response ended cleanly"
-    );
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .http2_only(true)
-        .build_http::<Full<Bytes>>();
-    let res = client
-        .request(Request::get(server.url("/p/stream-then-trap?n=64")).body(Full::default())?)
-        .await?;
-    assert_eq!(res.status(), StatusCode::OK);
-    assert!(
-        res.into_body().collect().await.is_err(),
-        "h2 body ended cleanly"
-    );
-    assert_eq!(server.get("/p/ok").await?.text(), "ok");
-    Ok(())
+    component_checks::failing_mid_stream_aborts_the_response(&server, "/p").await
 }
 
 #[tokio::test]
 async fn a_p3_response_of_many_megabytes_streams_whole_to_a_slow_reader() -> Result<()> {
     let (_site, server) = start("timeout = \"2s\"\n").await?;
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Full<Bytes>>();
-    let res = client
-        .request(Request::get(server.url("/p/stream?n=16384")).body(Full::default())?)
-        .await?;
-    assert_eq!(res.status(), StatusCode::OK);
-    let mut body = res.into_body();
-    let (mut total, mut unpaced) = (0usize, 0usize);
-    let started = Instant::now();
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame?.into_data() {
-            total += data.len();
-            unpaced += data.len();
-            // About 6 MiB/s: 16 MiB take nearly three seconds, past the
-            // guest's deadline in wall time, not in guest time.
-            if unpaced >= 256 << 10 {
-                tokio::time::sleep(Duration::from_secs_f64(unpaced as f64 / (6 << 20) as f64))
-                    .await;
-                unpaced = 0;
-            }
-        }
-    }
-    assert!(started.elapsed() > Duration::from_secs(2));
-    assert_eq!(total, 16384 * 1024);
-    Ok(())
+    // 16 MiB at about 6 MiB/s take nearly three seconds.
+    component_checks::a_slow_reader_gets_the_whole_stream(
+        &server,
+        "/p/stream?n=16384",
+        16384,
+        Duration::from_secs(2),
+    )
+    .await
 }
 
 #[tokio::test]
 async fn p3_request_bodies_stream_in_under_the_size_rules() -> Result<()> {
     let (_site, server) = start("max_body_bytes = \"1 MiB\"\n").await?;
-    let r = server
-        .send(
-            Request::post(server.url("/p/upload"))
-                .body(Full::new(Bytes::from(vec![b'u'; 900 << 10])))?,
-        )
-        .await?;
-    assert_eq!(r.text(), (900 << 10).to_string());
-    // Declared too large: 413 before the guest runs (and before the body
-    // is sent).
-    let answer = server
-        .raw(
-            b"POST /p/upload HTTP/1.1\r\nHost: a\r\nContent-Length: 2097152\r\n\r\n",
-            Duration::from_secs(5),
-        )
-        .await?;
-    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
-    // A client that sends the whole body anyway still reads its 413 (the
-    // server reads and discards what follows, rather than resetting the
-    // connection under the answer), each time.
-    for _ in 0..5 {
-        let r = server
-            .send(
-                Request::post(server.url("/p/upload"))
-                    .body(Full::new(Bytes::from(vec![0u8; 2 << 20])))?,
-            )
-            .await?;
-        assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
-    }
-    // Chunked and too large: found while the guest reads, still 413.
-    let mut stream = TcpStream::connect(server.addr()).await?;
-    stream
-        .write_all(b"POST /p/upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
-        .await?;
-    let chunk = format!("{:x}\r\n{}\r\n", 64 << 10, "c".repeat(64 << 10));
-    for _ in 0..20 {
-        if stream.write_all(chunk.as_bytes()).await.is_err() {
-            break;
-        }
-    }
-    let _ = stream.write_all(b"0\r\n\r\n").await;
-    let answer = swan_tests::read_until_close(&mut stream, Duration::from_secs(5)).await;
-    assert!(
-        answer.starts_with("HTTP/1.1 413"),
-        "{}",
-        &answer[..answer.len().min(200)]
-    );
-    assert_eq!(server.get("/p/ok").await?.text(), "ok");
-    Ok(())
+    component_checks::uploads_follow_the_size_rules(&server, "/p").await
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! End-to-end tests: the real server on 127.0.0.1:0, real HTTP clients.
 //! One binary, a module per feature.
 
+mod component_checks;
 mod component_examples;
 mod components;
 mod components_p3;
