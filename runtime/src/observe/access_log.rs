@@ -85,6 +85,7 @@ impl AccessLog {
             spares: (0..shared.shards.len()).map(|_| Lines::default()).collect(),
             merged: Vec::new(),
             order: Vec::new(),
+            taken: Vec::with_capacity(shared.shards.len()),
             shared: shared.clone(),
         };
         let handle = std::thread::Builder::new()
@@ -246,6 +247,8 @@ struct Writer {
     merged: Vec<u8>,
     /// (number, shard, start, end) of each line taken.
     order: Vec<(u64, usize, usize, usize)>,
+    /// The shards that had lines in this batch.
+    taken: Vec<usize>,
 }
 
 impl Writer {
@@ -278,18 +281,18 @@ impl Writer {
     /// logged, with one `write`: one batch is one append (and one event for
     /// whoever watches the file).
     fn write_batch(&mut self) {
-        let mut taken = Vec::new();
+        self.taken.clear();
         for (i, spare) in self.spares.iter_mut().enumerate() {
             if self.shared.take(i, spare) {
-                taken.push(i);
+                self.taken.push(i);
             }
         }
-        let text: &[u8] = match taken.as_slice() {
+        let text: &[u8] = match self.taken.as_slice() {
             [] => return,
             [one] => &self.spares[*one].text,
             _ => {
                 self.order.clear();
-                for &i in &taken {
+                for &i in &self.taken {
                     let mut start = 0;
                     for &(n, end) in &self.spares[i].ends {
                         self.order.push((n, i, start, end));
