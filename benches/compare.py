@@ -53,6 +53,9 @@ STORE_SIDES = {
     # wasmtime serve.
     "swan-comp": ("swan", "/wasi-hello"),
     "base-comp": ("base", "/wasi-hello"),
+    # The same component at a route that reuses an instance for 128
+    # requests: what is left of the gap when nothing is instantiated.
+    "swan-comp-reuse": ("swan", "/wasi-hello-reuse"),
     "swan-js": ("swan", "/hello-js"),
     "swan-python": ("swan", "/hello-python"),
     # The ops part: swan as shipped vs swan with the access log (a file,
@@ -270,6 +273,8 @@ def start_each(wasmtime, wanted, baseline, servers):
         f'[server]\nlisten = ["{HOST}:{PORTS["swan"]}"]\n'
         f'[[site]]\nroot = "{www}"\nservlets = "{servlets}"\n'
         '[site.cache]\nmax_file_size = "2 MiB"\n'
+        + (f'[[site.route]]\npath = "/wasi-hello-reuse"\nservlet = "{servlets / "wasi-hello.wasm"}"\nreuse = 128\n'
+           if component.exists() else '')
     )
     if "swan" in wanted:
         servers["swan"] = Server("swan", [ROOT / "target/release/swan", "serve", "--config", WORK / "swan.toml"],
@@ -696,9 +701,12 @@ def main():
             spike_report = spike(servers, min(10000, nofile - 500))
         if "components" in parts:
             sides = ["swan-comp"] + ["base-comp" if s == "base" else s for s in wanted["components"][1:]]
+            if not args.ab:
+                sides.insert(1, "swan-comp-reuse")
             results.append(compare(
                 "wasi:http component hello: swan (fresh instance per request) vs " + " vs ".join(
-                    {"base-comp": "base", "wt-fresh": "wasmtime serve (defaults)",
+                    {"base-comp": "base", "swan-comp-reuse": "swan (reuse 128)",
+                     "wt-fresh": "wasmtime serve (defaults)",
                      "wt-reuse": "wasmtime serve (reuse 128)"}[s] for s in sides[1:]) + ", the same .wasm",
                 sides,
                 lambda s: STORE_SIDES[s][1] if s in STORE_SIDES else "/", [1, 100, 1000],
