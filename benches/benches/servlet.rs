@@ -52,6 +52,7 @@ fn call(rt: &tokio::runtime::Runtime, s: &Arc<Servlet>) {
         path: "/hello",
         path_info: "",
         remote: SocketAddr::from(([127, 0, 0, 1], 1)),
+        https: false,
         id: RequestId::next(),
         body: BodyPolicy {
             max_bytes: 1 << 20,

@@ -94,6 +94,51 @@ impl LogHead {
     }
 }
 
+/// HTTP/2 responses that must not have a body: to HEAD, and 204 and 304
+/// (RFC 9110 §6.4.1). hyper leaves HTTP/2 bodies as they are (it drops
+/// them itself on HTTP/1), and a servlet's body there is a protocol error
+/// for the client.
+#[derive(Clone, Copy)]
+struct Bodiless {
+    h2: bool,
+    head: bool,
+}
+
+impl Bodiless {
+    fn of<B>(req: &Request<B>) -> Bodiless {
+        Bodiless {
+            h2: req.version() == http::Version::HTTP_2,
+            head: req.method() == Method::HEAD,
+        }
+    }
+
+    /// Empties `res`'s body where it must be; a HEAD answer keeps the
+    /// length a GET would have had.
+    fn strip(self, res: &mut Response<Body>) {
+        let status = res.status();
+        if !self.h2
+            || !(self.head
+                || status == http::StatusCode::NO_CONTENT
+                || status == http::StatusCode::NOT_MODIFIED)
+        {
+            return;
+        }
+        let size = http_body::Body::size_hint(res.body()).exact();
+        if size == Some(0) {
+            return;
+        }
+        if self.head
+            && status != http::StatusCode::NO_CONTENT
+            && status != http::StatusCode::NOT_MODIFIED
+            && let Some(n) = size
+            && !res.headers().contains_key(header::CONTENT_LENGTH)
+        {
+            res.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
+        *res.body_mut() = Body::empty();
+    }
+}
+
 /// The Host of a request: the absolute-form authority, else the header.
 fn host_of<B>(req: &Request<B>) -> Option<&[u8]> {
     req.uri()
@@ -185,6 +230,7 @@ impl App {
             peer.forwarded(req.headers(), &self.server.proxy)
         };
         let log_head = self.observe.access_log.is_some().then(|| LogHead::of(&req));
+        let bodiless = Bodiless::of(&req);
         let sites = self.sites.load();
         let site = sites.for_host(host_of(&req));
         let mut hit = None;
@@ -195,6 +241,7 @@ impl App {
             tokio::pin!(handling);
             answer_or_500(handling.as_mut().instrument(span.clone()), id).await
         };
+        bodiless.strip(&mut res);
         let headers = res.headers_mut();
         headers.insert(header::SERVER, SERVER_NAME);
         if self.server.request_id_header {
@@ -280,7 +327,7 @@ impl App {
             return res;
         }
         let head = req.method() == Method::HEAD;
-        match self.dispatch(site, req, client, id, hit).await {
+        match self.dispatch(site, req, client, https, id, hit).await {
             Ok(res) => res,
             Err(e) => {
                 if let Some(Route {
@@ -321,6 +368,7 @@ impl App {
         site: &'s Site,
         req: Request<Incoming>,
         remote: SocketAddr,
+        https: bool,
         id: RequestId,
         hit: &mut Option<&'s Route>,
     ) -> Result<Response<Body>, RequestError> {
@@ -354,6 +402,7 @@ impl App {
                         path: &path,
                         path_info: &path[info_at..],
                         remote,
+                        https,
                         id,
                         body: BodyPolicy {
                             max_bytes: self.server.max_body_bytes,

@@ -194,7 +194,11 @@ async fn components_that_cannot_serve_are_refused_with_the_reason_and_the_old_ve
     )?;
     let no_handler = wat_component("(component)")?;
     for (name, bytes, expect) in [
-        ("imports.wasm", unknown_import.clone(), "acme:evil/thing"),
+        (
+            "imports.wasm",
+            unknown_import.clone(),
+            "imports `acme:evil/thing`, which swan does not provide to components",
+        ),
         (
             "nohandler.wasm",
             no_handler.clone(),
@@ -300,5 +304,110 @@ async fn native_servlets_and_components_share_a_folder() -> Result<()> {
             .any(|k| k.contains("wasi:http/incoming-handler@0.2")),
         "{kinds:?}"
     );
+    Ok(())
+}
+
+/// The guest sees the request as the client sent it: the authority over
+/// HTTP/1.1 and HTTP/2 (its `:authority`), `https` when a trusted proxy
+/// says the client used it, and none of the headers `Connection` names
+/// (hop-by-hop, RFC 9110 §7.6.1).
+#[tokio::test]
+async fn a_component_sees_the_authority_and_scheme_the_client_used() -> Result<()> {
+    let (_site, server) = start("[server.proxy]\ntrusted = [\"127.0.0.1\"]\n").await?;
+    let addr = server.addr();
+    assert_eq!(
+        server.get_with("/f/seen", &[("x-hop", "1")]).await?.text(),
+        format!("http {addr} 1")
+    );
+    assert_eq!(
+        server
+            .get_with("/f/seen", &[("x-hop", "1"), ("connection", "x-hop")])
+            .await?
+            .text(),
+        format!("http {addr} -")
+    );
+    assert_eq!(
+        server
+            .get_with("/f/seen", &[("x-forwarded-proto", "https")])
+            .await?
+            .text(),
+        format!("https {addr} -")
+    );
+    let h2 = server
+        .send_h2(Request::get(server.url("/f/seen")).body(Full::default())?)
+        .await?;
+    assert_eq!(h2.version, http::Version::HTTP_2);
+    assert_eq!(h2.text(), format!("http {addr} -"));
+    Ok(())
+}
+
+/// A servlet's answer to HEAD, and a 204, carry no body over HTTP/2 (a
+/// body there is a protocol error for the client); a status that is not a
+/// final one (1xx, or past 599) is a 500, never sent as the answer.
+#[tokio::test]
+async fn bodiless_answers_and_odd_statuses_from_a_component() -> Result<()> {
+    let (_site, server) = start("").await?;
+    for path in ["/f/ok", "/f/big?n=10000"] {
+        let head = server
+            .send_h2(Request::head(server.url(path)).body(Full::default())?)
+            .await?;
+        assert_eq!(head.status, StatusCode::OK, "{path}");
+        assert!(head.body.is_empty(), "{path}");
+        let head = server
+            .send(Request::head(server.url(path)).body(Full::default())?)
+            .await?;
+        assert_eq!(head.status, StatusCode::OK, "{path}");
+        assert!(head.body.is_empty(), "{path}");
+    }
+    let no_content = server
+        .send_h2(Request::get(server.url("/f/status?n=204")).body(Full::default())?)
+        .await?;
+    assert_eq!(no_content.status, StatusCode::NO_CONTENT);
+    assert!(no_content.body.is_empty());
+    for status in ["100", "101", "103", "600", "999"] {
+        let r = server.get(&format!("/f/status?n={status}")).await?;
+        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{status}");
+        let r = server
+            .send_h2(
+                Request::get(server.url(&format!("/f/status?n={status}")))
+                    .body(Full::default())?,
+            )
+            .await?;
+        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{status}");
+    }
+    assert_eq!(server.get("/f/status?n=299").await?.status.as_u16(), 299);
+    assert_eq!(server.get("/f/ok").await?.text(), "ok");
+    Ok(())
+}
+
+/// `max_response_bytes`, when a route sets it, holds components too: a
+/// body up to it arrives whole, one past it is cut off as an abort (no
+/// clean end), over both protocols. Unset, a component streams as much as
+/// it likes (its body never sits in memory).
+#[tokio::test]
+async fn a_set_max_response_bytes_cuts_a_component_body_off_as_an_abort() -> Result<()> {
+    let (_site, server) = start("max_response_bytes = \"64 KiB\"\n").await?;
+    let whole = server.get("/f/stream?n=64").await?;
+    assert_eq!(whole.body.len(), 64 << 10);
+    let mut stream = tokio::net::TcpStream::connect(server.addr()).await?;
+    tokio::io::AsyncWriteExt::write_all(
+        &mut stream,
+        b"GET /f/stream?n=1024 HTTP/1.1\r\nHost: a\r\n\r\n",
+    )
+    .await?;
+    let text = swan_tests::read_until_close(&mut stream, Duration::from_secs(10)).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{}", &text[..text.len().min(200)]);
+    assert!(text.len() < (256 << 10), "{} bytes sent", text.len());
+    assert!(!text.ends_with("0\r\n\r\n"), "a cut-off response ended cleanly");
+    assert!(
+        server
+            .send_h2(Request::get(server.url("/f/big?n=100000")).body(Full::default())?)
+            .await
+            .is_err(),
+        "h2 body past the limit ended cleanly"
+    );
+    assert_eq!(server.get("/f/ok").await?.text(), "ok");
+    let (_site, unset) = start("").await?;
+    assert_eq!(unset.get("/f/stream?n=20480").await?.body.len(), 20 << 20);
     Ok(())
 }

@@ -161,6 +161,11 @@ fn malformed_outbound_rules_are_configuration_errors() -> Result<()> {
         ("https://api.example.com/path", "only scheme://host[:port]"),
         ("https://a.*.example.com", "`*` may only be"),
         ("https://api.example.com:99999", "is not a port"),
+        ("https://api.example.com:0", "is not a port"),
+        ("http://exa mple.com", "is not a host name"),
+        ("http://a..com", "is not a host name"),
+        ("https://*.", "is not a host name"),
+        ("http://[zz]", "is not an IPv6 address"),
     ] {
         let err = match site.config(&format!(
             "[[site]]\nroot = \"www\"\n[[site.route]]\npath = \"/x\"\nservlet = \"x.wasm\"\nallowed_outbound_hosts = [\"{rule}\"]\n"

@@ -24,7 +24,7 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
     }
     println!("listeners:");
     for addr in &s.listen {
-        println!("  http://{addr}/");
+        println!("  {addr}");
     }
     println!("server:");
     println!(

@@ -310,7 +310,7 @@ mod tests {
         let text = text(parse(
             "[server]\n[[site]]\nroot = \".\"\n[site.cache]\n[site.servlet]\n[[site.route]]\npath = \"/x\"\nservlet = \"x.wasm\"\n[site.route.settings]\n",
         ));
-        assert!(text.contains("x.wasm is not a .wasm file"), "{text}");
+        assert!(text.contains("x.wasm does not exist"), "{text}");
         let finished = reader::FINISHED.with(|f| f.take());
         let tables: Vec<&str> = finished.iter().map(|(p, ..)| p.as_str()).collect();
         for expected in [

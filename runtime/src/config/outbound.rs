@@ -121,13 +121,32 @@ impl OutboundRule {
                 "{s:?}: `*` may only be the whole host or its first label (*.example.com)"
             ));
         }
+        let bracketed = rest.starts_with('[');
+        if bracketed && host.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("{s:?}: {host:?} in `[...]` is not an IPv6 address"));
+        }
+        let named = host.strip_prefix("*.").unwrap_or(&host);
+        if !bracketed
+            && host != "*"
+            && (named.split('.').any(|label| {
+                label.is_empty()
+                    || label.len() > 63
+                    || !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            }) || named.len() > 253)
+        {
+            return Err(format!(
+                "{s:?}: {host:?} is not a host name or IP address (letters, digits, `-` and `_` in dot-separated labels)"
+            ));
+        }
         let (port, default_port) = match port {
             None => (None, true),
             Some("*") => (None, false),
             Some(p) => (
                 Some(
                     p.parse::<u16>()
-                        .map_err(|_| format!("{s:?}: {p:?} is not a port"))?,
+                        .ok()
+                        .filter(|&p| p != 0)
+                        .ok_or_else(|| format!("{s:?}: {p:?} is not a port (1 to 65535, or *)"))?,
                 ),
                 false,
             ),

@@ -265,8 +265,13 @@ pub struct ServletLimits {
     /// Run time allowed per request; past it the servlet is stopped and the
     /// client gets 504. Default: 5 s.
     pub timeout: Duration,
-    /// Largest response body, in bytes. Default: 16 MiB.
+    /// Largest response body, in bytes. Default: 16 MiB for native
+    /// servlets, which hold their response in memory.
     pub max_response_bytes: u64,
+    /// Whether `max_response_bytes` was set in the configuration:
+    /// components stream their bodies with backpressure, so only a set
+    /// limit holds them (a 1 GiB download needs no memory).
+    pub max_response_bytes_set: bool,
     /// Largest request body, in bytes. Default: 1 MiB.
     pub max_body_bytes: u64,
     /// Requests running at once. Default: 64.
@@ -294,6 +299,7 @@ impl Default for ServletLimits {
             max_memory: DEFAULT_SERVLET_MAX_MEMORY,
             timeout: DEFAULT_SERVLET_TIMEOUT,
             max_response_bytes: DEFAULT_SERVLET_MAX_RESPONSE_BYTES,
+            max_response_bytes_set: false,
             max_body_bytes: DEFAULT_SERVLET_MAX_BODY_BYTES,
             max_concurrency: DEFAULT_SERVLET_MAX_CONCURRENCY as u32,
             queue_timeout: DEFAULT_SERVLET_QUEUE_TIMEOUT,

@@ -223,13 +223,18 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
         }
         for (r, route) in site.routes.iter().enumerate() {
             let file = &route.servlet;
-            if file.extension().is_none_or(|e| e != "wasm") || !file.is_file() {
-                finding(
-                    At::RouteServlet(i, r),
-                    format!("{} is not a .wasm file", file.display()),
-                    "point `servlet` at a compiled module, relative to the config file's folder",
-                );
-            }
+            let problem = if !file.exists() {
+                "does not exist"
+            } else if file.extension().is_none_or(|e| e != "wasm") || !file.is_file() {
+                "is not a .wasm file"
+            } else {
+                continue;
+            };
+            finding(
+                At::RouteServlet(i, r),
+                format!("{} {problem}", file.display()),
+                "point `servlet` at a compiled module, relative to the config file's folder",
+            );
         }
     }
     for (n, store) in config.stores.iter().enumerate() {

@@ -31,6 +31,9 @@ pub struct CallContext<'a> {
     pub path_info: &'a str,
     /// The client's address.
     pub remote: SocketAddr,
+    /// Whether the request came over TLS (directly, or per a trusted
+    /// proxy's `X-Forwarded-Proto`).
+    pub https: bool,
     /// The request's id, for logs.
     pub id: RequestId,
     /// The server's rules for request bodies (the smaller of its size

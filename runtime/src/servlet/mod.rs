@@ -160,6 +160,9 @@ impl Servlet {
         let policy = ctx.body.at_most(self.info.limits.max_body_bytes);
         match &self.pool {
             Pool::Native(pool) => {
+                let (mut parts, body) = req.into_parts();
+                remove_connection_listed(&mut parts.headers);
+                let req = Request::from_parts(parts, body);
                 let input = native::read_request(req, policy).await?;
                 pool.call(input, &ctx).await
             }
@@ -174,8 +177,18 @@ impl Servlet {
                 }
                 let (mut parts, body) = req.into_parts();
                 // The guest sees the normalised path, and always an
-                // authority (a Host-less HTTP/1.0 request gets the
-                // server's name).
+                // authority: the Host, else the target's (HTTP/2's
+                // `:authority`), else the server's name (a Host-less
+                // HTTP/1.0 request).
+                remove_connection_listed(&mut parts.headers);
+                if !parts.headers.contains_key(http::header::HOST) {
+                    let host = parts
+                        .uri
+                        .authority()
+                        .and_then(|a| http::HeaderValue::from_str(a.as_str()).ok())
+                        .unwrap_or(http::HeaderValue::from_static("localhost"));
+                    parts.headers.insert(http::header::HOST, host);
+                }
                 let mut target = crate::request::path::encode(ctx.path);
                 if let Some(q) = parts.uri.query() {
                     target.push('?');
@@ -183,18 +196,34 @@ impl Servlet {
                 }
                 parts.uri = http::Uri::try_from(target)
                     .map_err(|_| RequestError::BadRequest("unusable path"))?;
-                if !parts.headers.contains_key(http::header::HOST) {
-                    parts.headers.insert(
-                        http::header::HOST,
-                        http::HeaderValue::from_static("localhost"),
-                    );
-                }
                 let verdict = Arc::new(component::BodyVerdict::default());
                 let body = component::LimitedBody::new(body, policy, verdict.clone());
-                let input =
-                    component::ComponentInput::new(http::Request::from_parts(parts, body), verdict);
+                let input = component::ComponentInput::new(
+                    http::Request::from_parts(parts, body),
+                    verdict,
+                    ctx.https,
+                );
                 pool.call(input, &ctx).await
             }
         }
+    }
+}
+
+/// Removes the headers a request's `Connection` header names: they are
+/// hop-by-hop (RFC 9110 §7.6.1), for this connection only, not for the
+/// guest. wasi:http removes the standard hop-by-hop headers itself.
+fn remove_connection_listed(headers: &mut http::HeaderMap) {
+    let listed: Vec<http::HeaderName> = headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| http::HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        // Never the headers that say where the request goes and how long
+        // its body is.
+        .filter(|name| name != http::header::HOST && name != http::header::CONTENT_LENGTH)
+        .collect();
+    for name in listed {
+        headers.remove(name);
     }
 }

@@ -1,6 +1,7 @@
 //! `[[site]]`, with its `[site.cache]`, `[site.servlet]` and
 //! `[[site.route]]` tables.
 
+use std::ops::Range;
 use std::path::Path;
 
 use super::{CACHE_KEYS, ROUTE_KEYS, SERVLET_KEYS};
@@ -50,6 +51,7 @@ fn servlet_limits(
     }
     if let Some(n) = t.size(diag, "max_response_bytes") {
         l.max_response_bytes = *n.get_ref();
+        l.max_response_bytes_set = true;
     }
     if let Some(n) = t.size(diag, "max_body_bytes") {
         l.max_body_bytes = *n.get_ref();
@@ -134,10 +136,14 @@ fn route(
     base: &Path,
     defaults: &ServletLimits,
     index: usize,
-) -> Option<(RouteConfig, RoutePositions)> {
+) -> Option<(RouteConfig, RoutePositions, Range<usize>)> {
+    let mut path_span = t.span();
     let path = match t.string(diag, "path") {
         Some(p) => match RoutePath::parse(p.get_ref()) {
-            Ok(path) => Some(path),
+            Ok(path) => {
+                path_span = p.span();
+                Some(path)
+            }
             Err(message) => {
                 diag.error(
                     p.span(),
@@ -176,6 +182,17 @@ fn route(
         let keys: Vec<String> = s.keys().map(str::to_owned).collect();
         for key in &keys {
             if let Some(v) = s.string(diag, key) {
+                // Settings are also the guest's environment variables:
+                // a name with `=` would set another variable.
+                if key.is_empty() || key.contains(['=', '\0']) || v.get_ref().contains('\0') {
+                    diag.error(
+                        v.span(),
+                        &s.key_path(key),
+                        format!("`{}` cannot be a setting", key.escape_debug()),
+                        Some("setting names are also environment variable names: not empty, without `=` or NUL (nor NUL in the value)".to_owned()),
+                    );
+                    continue;
+                }
                 settings.push((key.clone(), v.into_inner()));
             }
         }
@@ -196,6 +213,7 @@ fn route(
             index,
             servlet: Origin::File(servlet_span),
         },
+        path_span,
     ))
 }
 
@@ -299,9 +317,27 @@ pub(super) fn read(
     let mut routes = Vec::new();
     let mut route_positions = Vec::new();
     for (index, mut r) in t.tables(diag, "route").into_iter().enumerate() {
-        if let Some((route, at)) = route(&mut r, diag, base, &servlet_limits, index) {
-            routes.push(route);
-            route_positions.push(at);
+        if let Some((route, at, path_span)) = route(&mut r, diag, base, &servlet_limits, index) {
+            // Two routes for one path: only one could ever answer.
+            // (A route without a valid path is reported already.)
+            let valid = route.path != RoutePath::Exact(String::new());
+            if let Some(first) = routes
+                .iter()
+                .filter(|_| valid)
+                .zip(&route_positions)
+                .find(|(other, _): &(&RouteConfig, _)| other.path == route.path)
+                .map(|(_, at): (_, &RoutePositions)| at.index)
+            {
+                diag.error(
+                    path_span,
+                    &r.key_path("path"),
+                    format!("route[{first}] already has this path"),
+                    Some("a path has one route: merge the two or remove one".to_owned()),
+                );
+            } else {
+                routes.push(route);
+                route_positions.push(at);
+            }
         }
         let known: Vec<&str> = ROUTE_KEYS.iter().chain(SERVLET_KEYS).copied().collect();
         r.finish(diag, &known);

@@ -137,6 +137,8 @@ pub(crate) struct GuestBody {
     ended: bool,
     /// Dropped with the body: a p3 guest's event loop runs until then.
     _sent: Option<oneshot::Sender<()>>,
+    /// Bytes the body may still carry (`max_response_bytes`, when set).
+    room: Option<u64>,
 }
 
 impl GuestBody {
@@ -145,6 +147,7 @@ impl GuestBody {
         outcome: oneshot::Receiver<Outcome>,
         task: tokio::task::AbortHandle,
         sent: Option<oneshot::Sender<()>>,
+        limit: Option<u64>,
     ) -> GuestBody {
         GuestBody {
             inner,
@@ -152,6 +155,7 @@ impl GuestBody {
             task,
             ended: false,
             _sent: sent,
+            room: limit,
         }
     }
 }
@@ -175,7 +179,20 @@ impl HttpBody for GuestBody {
         use tokio::sync::oneshot::error::TryRecvError;
         let this = self.get_mut();
         match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
-            Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
+            Some(Ok(frame)) => {
+                if let (Some(room), Some(data)) = (&mut this.room, frame.data_ref()) {
+                    let Some(left) = room.checked_sub(data.len() as u64) else {
+                        // Past the route's limit: the response is cut off
+                        // as an abort, never as a complete-looking one.
+                        this.task.abort();
+                        return Poll::Ready(Some(Err(io::Error::other(
+                            "the response body grew past max_response_bytes",
+                        ))));
+                    };
+                    *room = left;
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
             Some(Err(e)) => Poll::Ready(Some(Err(io::Error::other(e.to_string())))),
             // The body can end early only because the store was dropped,
             // and the task sends its outcome before dropping it: an end

@@ -28,7 +28,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use http_body::Body as HttpBody;
 use tokio::sync::oneshot;
-use wasmtime::component::{Component, types::ComponentItem};
+use wasmtime::component::Component;
 use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi_config::WasiConfigVariables;
 use wasmtime_wasi_http::WasiHttpView;
@@ -114,10 +114,16 @@ pub(crate) struct ComponentInstance {
 pub(crate) struct ComponentInput {
     req: Request<wasmtime_wasi_http::p2::body::HyperIncomingBody>,
     verdict: Arc<BodyVerdict>,
+    /// The request came over TLS: the guest sees scheme `https`.
+    https: bool,
 }
 
 impl ComponentInput {
-    pub(crate) fn new<B>(req: Request<LimitedBody<B>>, verdict: Arc<BodyVerdict>) -> ComponentInput
+    pub(crate) fn new<B>(
+        req: Request<LimitedBody<B>>,
+        verdict: Arc<BodyVerdict>,
+        https: bool,
+    ) -> ComponentInput
     where
         B: HttpBody<Data = bytes::Bytes> + Send + Unpin + 'static,
         B::Error: std::fmt::Display,
@@ -126,6 +132,7 @@ impl ComponentInput {
         ComponentInput {
             req: req.map(|b| b.boxed_unsync()),
             verdict,
+            https,
         }
     }
 }
@@ -188,18 +195,12 @@ pub(crate) fn load(
         .exports(wasmtime_engine)
         .map(|(name, _)| name.to_owned())
         .collect();
-    let pre = linker.instantiate_pre(&component).map_err(|e| {
-        let imports: Vec<String> = ty
-            .imports(wasmtime_engine)
-            .filter(|(_, item)| matches!(item.ty, ComponentItem::ComponentInstance(_)))
-            .map(|(name, _)| name.to_owned())
-            .collect();
-        LoadError::Import {
+    let pre = linker
+        .instantiate_pre(&component)
+        .map_err(|e| LoadError::ComponentImport {
             file: file.clone(),
-            module: format!("{e:#}"),
-            name: imports.join(", "),
-        }
-    })?;
+            missing: missing_import(&e).unwrap_or_else(|| format!("{e:#}")),
+        })?;
     #[cfg(feature = "p3")]
     let pre = if p3_use == Some(P3Use::Handler) {
         ServicePre::new(pre).map(Pre::P3)
@@ -338,8 +339,13 @@ impl Guest for ComponentGuest {
             Handler::P2(_) => {
                 let (resp_tx, resp_rx) = oneshot::channel();
                 let mut http = host.http();
+                let scheme = if input.https {
+                    Scheme::Https
+                } else {
+                    Scheme::Http
+                };
                 let req = http
-                    .new_incoming_request(Scheme::Http, input.req)
+                    .new_incoming_request(scheme, input.req)
                     .map_err(|_| RequestError::BadRequest("no authority"))?;
                 let out = http
                     .new_response_outparam(resp_tx)
@@ -349,7 +355,7 @@ impl Guest for ComponentGuest {
             #[cfg(feature = "p3")]
             Handler::P3(_) => {
                 let (head_tx, head_rx) = oneshot::channel();
-                let prepared = p3_serve::prepare(host, input.req)?;
+                let prepared = p3_serve::prepare(host, input.req, input.https)?;
                 (Call::P3(prepared, head_tx), HeadRx::P3(head_rx))
             }
         };
@@ -428,6 +434,30 @@ impl Guest for ComponentGuest {
         let abort = task.abort_handle();
         match head_rx.recv().await {
             Ok(Ok((res, sent))) => {
+                // 1xx is not an answer (hyper would send it as the final
+                // one), and past 599 there are no classes.
+                if !(200..=599).contains(&res.status().as_u16()) {
+                    abort.abort();
+                    tracing::warn!(servlet = %self.info.name, request_id = %id, status = res.status().as_u16(), "component answered with a status that is not a final one");
+                    return Err(RequestError::ServletFault);
+                }
+                let limit = self
+                    .info
+                    .limits
+                    .max_response_bytes_set
+                    .then_some(self.info.limits.max_response_bytes);
+                let declared = res
+                    .headers()
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok());
+                if let (Some(limit), Some(declared)) = (limit, declared)
+                    && declared > limit
+                {
+                    abort.abort();
+                    tracing::warn!(servlet = %self.info.name, request_id = %id, declared, limit, "component declared a response body larger than max_response_bytes");
+                    return Err(RequestError::ServletFault);
+                }
                 head_sent.store(true, Ordering::Relaxed);
                 // A body over the limit (or too slow) gets 413 (408)
                 // whatever the guest made of the error it read.
@@ -439,7 +469,8 @@ impl Guest for ComponentGuest {
                     abort.abort();
                     return Err(RequestError::BodyTimeout);
                 }
-                let res = res.map(|b| Body::stream(GuestBody::new(b, outcome_rx, abort, sent)));
+                let res =
+                    res.map(|b| Body::stream(GuestBody::new(b, outcome_rx, abort, sent, limit)));
                 Ok(res)
             }
             Ok(Err(code)) => {
@@ -548,6 +579,17 @@ impl HeadRx {
             HeadRx::P3(rx) => rx.await,
         }
     }
+}
+
+/// The import a link error names: wasmtime says "component imports
+/// instance `wasi:foo/bar@1.0.0`, but a matching implementation was not
+/// found in the linker" (or "function", "resource"...).
+fn missing_import(e: &wasmtime::Error) -> Option<String> {
+    let text = e.to_string();
+    let after = &text[text.find("imports ")?..];
+    let start = after.find('`')? + 1;
+    let len = after[start..].find('`')?;
+    Some(after[start..start + len].to_owned())
 }
 
 /// What a p2 guest's own error code means.

@@ -31,10 +31,12 @@ pub(super) struct Prepared {
 }
 
 /// Makes `req` (origin-form target, Host header present) a p3 request in
-/// `host`'s table, with scheme `http` and the Host as its authority.
+/// `host`'s table, with scheme `https` (over TLS) or `http` and the Host as
+/// its authority.
 pub(super) fn prepare(
     host: &mut ComponentHost,
     req: Request<HyperIncomingBody>,
+    https: bool,
 ) -> Result<Prepared, RequestError> {
     let (mut parts, body) = req.into_parts();
     let authority = parts
@@ -43,7 +45,11 @@ pub(super) fn prepare(
         .and_then(|h| http::uri::Authority::try_from(h.as_bytes()).ok())
         .ok_or(RequestError::BadRequest("no usable Host"))?;
     let mut uri = std::mem::take(&mut parts.uri).into_parts();
-    uri.scheme = Some(http::uri::Scheme::HTTP);
+    uri.scheme = Some(if https {
+        http::uri::Scheme::HTTPS
+    } else {
+        http::uri::Scheme::HTTP
+    });
     uri.authority = Some(authority);
     parts.uri =
         http::Uri::from_parts(uri).map_err(|_| RequestError::BadRequest("unusable path"))?;

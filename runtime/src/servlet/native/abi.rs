@@ -137,7 +137,9 @@ fn response_status(mut caller: Caller<'_, Host>, status: i32) -> i32 {
         .ok()
         .and_then(|s| StatusCode::from_u16(s).ok())
     {
-        Some(s) if s.as_u16() >= 200 => {
+        // A final status a client understands: 1xx are not answers, and
+        // past 599 there are no classes.
+        Some(s) if (200..=599).contains(&s.as_u16()) => {
             caller.data_mut().response.status = s;
             0
         }

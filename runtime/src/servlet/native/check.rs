@@ -49,6 +49,16 @@ pub enum LoadError {
         /// Import name.
         name: String,
     },
+    /// A component imports something swan does not provide.
+    #[error(
+        "{file}: imports `{missing}`, which swan does not provide to components (they may import WASI 0.2, `wasi:http` 0.2.x, `wasi:config/store@0.2.0-rc.1` and `wasi:keyvalue@0.2.0-draft`; WASI 0.3 and `wasi:http` 0.3.x where the route sets `wasi_http_p3`)"
+    )]
+    ComponentImport {
+        /// The file.
+        file: PathBuf,
+        /// The import, as the component names it.
+        missing: String,
+    },
     /// A required export is missing or has the wrong type.
     #[error("{file}: {problem}")]
     Export {
@@ -84,6 +94,7 @@ impl LoadError {
             LoadError::Read { file, .. }
             | LoadError::Invalid { file, .. }
             | LoadError::Import { file, .. }
+            | LoadError::ComponentImport { file, .. }
             | LoadError::Export { file, .. }
             | LoadError::AbiVersion { file, .. }
             | LoadError::Instantiate { file, .. } => file,

@@ -19,6 +19,8 @@
 //! | `/files` | tries to read `/etc/passwd`: 200 `denied` when it cannot |
 //! | `/fetch?url=U` | GETs U with outgoing-handler: `STATUS BODY`, or `error: CODE` |
 //! | `/no-response` | returns without setting a response |
+//! | `/seen` | 200 `SCHEME AUTHORITY X-HOP`: the request as the guest sees it (`-` for an absent header) |
+//! | `/status?n=N` | answers with status N (any the host accepts: 100 to 999) |
 
 use wasi::http::outgoing_handler;
 use wasi::http::types::{
@@ -113,6 +115,24 @@ impl wasi::exports::http::incoming_handler::Guest for Faults {
                 respond(out, 200, answer.as_bytes())
             }
             "/no-response" => {}
+            "/seen" => {
+                let scheme = match request.scheme() {
+                    Some(Scheme::Http) => "http".to_owned(),
+                    Some(Scheme::Https) => "https".to_owned(),
+                    Some(Scheme::Other(s)) => s,
+                    None => "-".to_owned(),
+                };
+                let authority = request.authority().unwrap_or_else(|| "-".to_owned());
+                let hop = request.headers().get("x-hop");
+                let hop = hop
+                    .first()
+                    .map_or("-".to_owned(), |v| String::from_utf8_lossy(v).into_owned());
+                respond(out, 200, format!("{scheme} {authority} {hop}").as_bytes())
+            }
+            "/status" => {
+                let status = u16::try_from(n()).unwrap_or(500);
+                respond(out, status, b"status")
+            }
             _ => respond(out, 404, b"no such fault"),
         }
     }
