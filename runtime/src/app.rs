@@ -133,7 +133,8 @@ impl Bodiless {
             && let Some(n) = size
             && !res.headers().contains_key(header::CONTENT_LENGTH)
         {
-            res.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+            res.headers_mut()
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
         }
         *res.body_mut() = Body::empty();
     }
@@ -323,10 +324,16 @@ impl App {
         hit: &mut Option<&'s Route>,
     ) -> Response<Body> {
         tracing::Span::current().record("site", site.config.name.as_str());
-        if !https && let Some(res) = self.redirect_to_https(&req) {
-            return res;
-        }
         let head = req.method() == Method::HEAD;
+        if !https && self.redirects_http() {
+            // The Host goes into the Location: checked as for any request,
+            // and a request without one cannot be redirected.
+            let redirect = check_host(&req).and_then(|()| {
+                self.redirect_to_https(&req)
+                    .ok_or(RequestError::BadRequest("no usable Host to redirect to"))
+            });
+            return redirect.unwrap_or_else(|e| error_response(e, site, head, id));
+        }
         match self.dispatch(site, req, client, https, id, hit).await {
             Ok(res) => res,
             Err(e) => {
@@ -342,14 +349,22 @@ impl App {
         }
     }
 
+    /// Whether plain-HTTP requests are redirected to a TLS listener.
+    fn redirects_http(&self) -> bool {
+        self.server.tls.as_ref().is_some_and(|t| t.redirect_http)
+            && self.server.listen.iter().any(|l| l.tls)
+    }
+
     /// With `redirect_http`, a plain-HTTP request's answer: 308 to the same
-    /// URL on the first TLS listener.
+    /// URL on the first TLS listener; `None` without a usable Host.
     fn redirect_to_https(&self, req: &Request<Incoming>) -> Option<Response<Body>> {
-        self.server.tls.as_ref().filter(|t| t.redirect_http)?;
         let port = self.server.listen.iter().find(|l| l.tls)?.addr.port();
         let host = host_of(req).and_then(|h| std::str::from_utf8(h).ok())?;
-        let (name, _) = split_port(host.as_bytes());
-        let name = std::str::from_utf8(name).ok()?;
+        let authority = http::uri::Authority::try_from(host).ok()?;
+        let name = authority.host();
+        if name.is_empty() || (name.contains(':') && !name.starts_with('[')) {
+            return None;
+        }
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let location = if port == 443 {
             format!("https://{name}{target}")

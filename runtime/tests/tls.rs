@@ -187,6 +187,20 @@ async fn https_serves_h2_and_http1_reloads_its_certificate_and_redirects_plain_h
             .to_ascii_lowercase()
             .contains("strict-transport-security")
     );
+    // A Host that would be refused without the redirect is refused with
+    // it too (never reflected into a Location), and a request without a
+    // Host cannot be redirected: 400, not served over plain HTTP.
+    for request in [
+        &b"GET /p HTTP/1.1\r\nHost: evil.com/x\r\nConnection: close\r\n\r\n"[..],
+        b"GET /p HTTP/1.1\r\nHost: ::1\r\nConnection: close\r\n\r\n",
+        b"GET /p HTTP/1.1\r\nHost: a.com\r\nHost: b.com\r\nConnection: close\r\n\r\n",
+        b"GET http://evil.com/p HTTP/1.1\r\nHost: good.com\r\nConnection: close\r\n\r\n",
+        b"GET /p HTTP/1.0\r\n\r\n",
+    ] {
+        let reply = raw(&plain, request);
+        assert_eq!(status_of(&reply), 400, "{reply}");
+        assert!(!reply.to_ascii_lowercase().contains("location:"), "{reply}");
+    }
 
     // New files: new handshakes get the new certificate within seconds,
     // and connections never fail meanwhile.

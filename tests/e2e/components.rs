@@ -369,8 +369,7 @@ async fn bodiless_answers_and_odd_statuses_from_a_component() -> Result<()> {
         assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{status}");
         let r = server
             .send_h2(
-                Request::get(server.url(&format!("/f/status?n={status}")))
-                    .body(Full::default())?,
+                Request::get(server.url(&format!("/f/status?n={status}"))).body(Full::default())?,
             )
             .await?;
         assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{status}");
@@ -396,9 +395,16 @@ async fn a_set_max_response_bytes_cuts_a_component_body_off_as_an_abort() -> Res
     )
     .await?;
     let text = swan_tests::read_until_close(&mut stream, Duration::from_secs(10)).await;
-    assert!(text.starts_with("HTTP/1.1 200"), "{}", &text[..text.len().min(200)]);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{}",
+        &text[..text.len().min(200)]
+    );
     assert!(text.len() < (256 << 10), "{} bytes sent", text.len());
-    assert!(!text.ends_with("0\r\n\r\n"), "a cut-off response ended cleanly");
+    assert!(
+        !text.ends_with("0\r\n\r\n"),
+        "a cut-off response ended cleanly"
+    );
     assert!(
         server
             .send_h2(Request::get(server.url("/f/big?n=100000")).body(Full::default())?)

@@ -30,8 +30,15 @@ use tokio::sync::Semaphore;
 use crate::app::App;
 use crate::observe::Readiness;
 
-/// Connections the admin listener serves at once.
-const MAX_CONNECTIONS: usize = 64;
+/// Connections the admin listener serves at once. Probes and scrapes
+/// need few; the cap is high so that idle connections cannot crowd out a
+/// liveness probe (each one is a small task).
+const MAX_CONNECTIONS: usize = 1024;
+/// How long a connection may take to send a request's head, and stay
+/// idle between requests: probes and scrapers send theirs at once.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(3);
+/// The longest a connection may last.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 /// Time a store has to answer a readiness check.
 const STORE_CHECK: Duration = Duration::from_secs(1);
 
@@ -132,9 +139,9 @@ async fn serve(app: Arc<App>, listener: TcpListener) {
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
+                .header_read_timeout(HEAD_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(Duration::from_secs(60), conn).await;
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
             drop(permit);
         });
     }

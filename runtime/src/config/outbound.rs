@@ -131,7 +131,9 @@ impl OutboundRule {
             && (named.split('.').any(|label| {
                 label.is_empty()
                     || label.len() > 63
-                    || !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                    || !label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             }) || named.len() > 253)
         {
             return Err(format!(
