@@ -203,3 +203,96 @@ async fn a_parked_connection_is_closed_on_shutdown_and_a_busy_one_finishes() -> 
     stopping.await??;
     Ok(())
 }
+
+/// A request read together with the start of the next head (one write,
+/// pipelined) starts that head's `header_read_timeout` when the first
+/// answer is sent: a slow next head cannot hold the connection for the
+/// keep-alive time as well.
+#[tokio::test]
+async fn a_partial_head_behind_a_request_times_out_like_any_head() -> Result<()> {
+    let (_site, server) =
+        server_with("header_read_timeout = \"1s\"\nkeepalive_timeout = \"20s\"").await?;
+    let mut c = TcpStream::connect(server.addr()).await?;
+    let started = std::time::Instant::now();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHo")
+        .await?;
+    assert_eq!(responses(&mut c, 1).await?, [(200, 5)]);
+    assert!(closed_within(&mut c, Duration::from_secs(8)).await);
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+/// A connection is parked half a second after its last answer whatever
+/// that answer was: a file streamed from disk too (its handler waits on a
+/// blocking thread, which once left the watchdog asleep for 10 s).
+#[tokio::test]
+async fn a_connection_parks_soon_after_a_streamed_file() -> Result<()> {
+    swan_tests::init_logs();
+    let site = swan_tests::TestSite::new()?;
+    site.file("www/index.html", "hello")?;
+    site.file("www/big.bin", vec![b'x'; 64 << 10])?;
+    let config =
+        site.config("[[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"16 KiB\"\n")?;
+    let server = TestServer::start(config).await?;
+    let mut conns = Vec::new();
+    for _ in 0..10 {
+        let mut c = TcpStream::connect(server.addr()).await?;
+        c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: a\r\nRange: bytes=0-16000\r\n\r\n")
+            .await?;
+        assert_eq!(responses(&mut c, 1).await?, [(206, 16001)]);
+        conns.push(c);
+    }
+    let all = eventually(Duration::from_secs(4), || async { parked(&server) == 10 }).await;
+    assert!(all, "parked: {}", parked(&server));
+    Ok(())
+}
+
+/// Heads that end with bare line feeds (hyper accepts them) and a first
+/// segment that is a lone `P` (POST, not HTTP/2) are served and parked
+/// like any other.
+#[tokio::test]
+async fn bare_lf_heads_and_a_lone_first_p_are_parked_too() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let mut lf = TcpStream::connect(server.addr()).await?;
+    lf.write_all(b"GET / HTTP/1.1\nHost: a\n\n").await?;
+    assert_eq!(responses(&mut lf, 1).await?, [(200, 5)]);
+    let mut p = TcpStream::connect(server.addr()).await?;
+    p.write_all(b"P").await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    p.write_all(b"OST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")
+        .await?;
+    let answer = responses(&mut p, 1).await?;
+    assert_eq!(answer.len(), 1);
+    assert!(parks(&server, 2).await, "parked: {}", parked(&server));
+    Ok(())
+}
+
+/// A client that ends its side right after its request still gets the
+/// answer, cached or streamed from disk (whose handler waits on a blocking
+/// thread while hyper reads the end of stream), then the connection closes.
+#[tokio::test]
+async fn a_client_that_half_closes_gets_its_answer() -> Result<()> {
+    swan_tests::init_logs();
+    let site = swan_tests::TestSite::new()?;
+    site.file("www/index.html", "hello")?;
+    site.file("www/big.bin", vec![b'x'; 4 << 20])?;
+    let config =
+        site.config("[[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"16 KiB\"\n")?;
+    let server = TestServer::start(config).await?;
+    for (path, len) in [("/", 5), ("/big.bin", 4 << 20)] {
+        let mut c = TcpStream::connect(server.addr()).await?;
+        c.write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+            .await?;
+        c.shutdown().await?;
+        assert_eq!(responses(&mut c, 1).await?, [(200, len)], "{path}");
+        assert!(
+            closed_within(&mut c, Duration::from_secs(5)).await,
+            "{path}"
+        );
+    }
+    Ok(())
+}

@@ -63,6 +63,9 @@ macro_rules! http1_settings {
             // hyper 1.x then never flushes its automatic 400/431 for a bad
             // head.
             .pipeline_flush(false)
+            // A client that ends its side after sending a request (as
+            // `nc -N` and some HTTP/1.0 tools do) still gets the answer.
+            .half_close(true)
     };
 }
 
@@ -96,7 +99,8 @@ pub(crate) fn service(
 + 'static {
     service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let app = app.clone();
-        let handling = Handling::start(state.clone());
+        let bodyless = http_body::Body::is_end_stream(req.body());
+        let handling = Handling::start(state.clone(), bodyless);
         async move {
             let http1 = req.version() < http::Version::HTTP_2;
             let (mut res, exchange) = app.handle(req, peer).await;

@@ -40,6 +40,10 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 const LINGER_BYTES: usize = 16 << 20;
 
+/// How long a first byte `P` waits for the next one, in pauses.
+const LONE_P_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
+const LONE_P_WAITS: u32 = 200;
+
 /// Serves one plain TCP connection until it closes, times out, or the
 /// server shuts down.
 pub(crate) async fn serve(
@@ -59,6 +63,7 @@ pub(crate) async fn serve(
     let mut service = conn::service(app, state.clone(), peer);
     let mut linger = Linger::default();
     let mut first = true;
+    let mut lone_p_waits = 0;
     loop {
         let parked_now = Parked::new(&observe);
         let mut first_bytes = [0u8; H2_PREFACE.len()];
@@ -75,6 +80,14 @@ pub(crate) async fn serve(
             return;
         };
         drop(parked_now);
+        // A lone `P` may start POST, PUT or PATCH as well as HTTP/2's
+        // preface: wait briefly for a second byte (up to 1 s, then it is
+        // taken for HTTP/1, whose head timeout then runs).
+        if first && n == 1 && first_bytes[0] == b'P' && lone_p_waits < LONE_P_WAITS {
+            lone_p_waits += 1;
+            tokio::time::sleep(LONE_P_PAUSE).await;
+            continue;
+        }
         state.resumed();
         if first {
             first = false;

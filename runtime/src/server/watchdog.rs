@@ -88,6 +88,14 @@ pub(crate) async fn watch(
         .header_read_ms
         .min(limits.keepalive_ms)
         .min(limits.send_ms);
+    // A parkable connection is parked 0.5 s after its last request: its
+    // deadline can come that much sooner than the one computed while a
+    // request was running, so look again at least that often.
+    let recheck = if park {
+        recheck.min(PARK_AFTER_MS)
+    } else {
+        recheck
+    };
     let closing_since = clock::now_ms();
     loop {
         let now = clock::now_ms();
@@ -127,6 +135,12 @@ pub(crate) struct ConnState {
     /// The hyper connection should end at the next request boundary
     /// (to park the connection, or to close it when idle).
     release: AtomicBool,
+    /// HTTP/1: the bytes read so far end inside a head (not at a blank
+    /// line): the start of a next request may already be in hyper's buffer.
+    partial_tail: AtomicBool,
+    /// The request being handled came without a body: when it ends, a
+    /// partial tail is the next request's head.
+    bodyless: AtomicBool,
     /// Files the service leaves for the stream to send itself; also
     /// whether everything written has been flushed.
     pub(crate) sendfile: Handoff,
@@ -146,6 +160,8 @@ impl ConnState {
             h2: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             release: AtomicBool::new(false),
+            partial_tail: AtomicBool::new(false),
+            bodyless: AtomicBool::new(false),
             sendfile: Handoff::default(),
         }
     }
@@ -234,9 +250,11 @@ impl ConnState {
 pub(crate) struct Handling(Arc<ConnState>);
 
 impl Handling {
-    pub(crate) fn start(state: Arc<ConnState>) -> Handling {
+    /// A request's handler starts; `bodyless`: the request has no body.
+    pub(crate) fn start(state: Arc<ConnState>, bodyless: bool) -> Handling {
         state.handling.fetch_add(1, Ordering::Relaxed);
         state.head_started_ms.store(0, Ordering::Relaxed);
+        state.bodyless.store(bodyless, Ordering::Relaxed);
         state.exchange_ms.store(clock::now_ms(), Ordering::Relaxed);
         Handling(state)
     }
@@ -274,9 +292,20 @@ pub(crate) struct Sending(Arc<ConnState>);
 
 impl Drop for Sending {
     fn drop(&mut self) {
-        self.0.sending.fetch_sub(1, Ordering::Relaxed);
-        self.0.served.fetch_add(1, Ordering::Relaxed);
-        self.0.exchange_ms.store(clock::now_ms(), Ordering::Relaxed);
+        let state = &self.0;
+        state.sending.fetch_sub(1, Ordering::Relaxed);
+        state.served.fetch_add(1, Ordering::Relaxed);
+        let now = clock::now_ms();
+        state.exchange_ms.store(now, Ordering::Relaxed);
+        // A bodyless request read together with part of the next head
+        // (one read, pipelined): that head started already, and its
+        // `header_read_timeout` runs from now, not from a later read.
+        if !state.in_flight()
+            && state.bodyless.load(Ordering::Relaxed)
+            && state.partial_tail.load(Ordering::Relaxed)
+        {
+            state.head_started_ms.store(now.max(1), Ordering::Relaxed);
+        }
     }
 }
 
@@ -341,9 +370,17 @@ impl<S> WatchedIo<S> {
     /// with a complete head (so hyper holds no partial request). A request
     /// whose body ends otherwise keeps its connection until a later one.
     fn may_release(&self) -> bool {
-        !self.state.sendfile.unflushed() && &self.tail == b"\r\n\r\n" && !self.state.in_flight()
+        !self.state.sendfile.unflushed() && ends_head(&self.tail) && !self.state.in_flight()
     }
+}
 
+/// Whether bytes ending with `tail` end a head: a blank line, `\r\n\r\n`
+/// or, as hyper also accepts, bare `\n\n`.
+fn ends_head(tail: &[u8; 4]) -> bool {
+    tail == b"\r\n\r\n" || tail[2..] == *b"\n\n"
+}
+
+impl<S> WatchedIo<S> {
     fn remember_tail(&mut self, new: &[u8]) {
         if new.len() >= 4 {
             self.tail.copy_from_slice(&new[new.len() - 4..]);
@@ -382,6 +419,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {
             let new = &buf.filled()[before..];
             if this.park {
                 this.remember_tail(new);
+                this.state
+                    .partial_tail
+                    .store(!ends_head(&this.tail), Ordering::Relaxed);
             }
             if !this.started {
                 this.started = true;
