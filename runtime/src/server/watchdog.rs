@@ -88,14 +88,12 @@ pub(crate) async fn watch(
         .header_read_ms
         .min(limits.keepalive_ms)
         .min(limits.send_ms);
-    // A parkable connection is parked 0.5 s after its last request: its
-    // deadline can come that much sooner than the one computed while a
-    // request was running, so look again at least that often.
-    let recheck = if park {
-        recheck.min(PARK_AFTER_MS)
-    } else {
-        recheck
-    };
+    // A parkable connection is parked 0.5 s after its last request, which
+    // can be much sooner than the deadline computed while a request ran:
+    // after finding one running, look again in 0.5 s, then back off (1,
+    // 2, 4... s up to `recheck`) while the connection stays that busy, so
+    // a busy connection costs no more wake-ups than before.
+    let mut busy_recheck = PARK_AFTER_MS.min(recheck);
     let closing_since = clock::now_ms();
     loop {
         let now = clock::now_ms();
@@ -106,7 +104,16 @@ pub(crate) async fn watch(
         // State changes (a new head starting, a request ending) can bring a
         // deadline forward; waking at least every `recheck` ms bounds how
         // late that is noticed.
-        let wake = deadline.min(now + recheck) + clock::TICK.as_millis() as u64;
+        let mut next = recheck;
+        if park {
+            if state.in_flight() {
+                next = busy_recheck;
+                busy_recheck = (busy_recheck * 2).min(recheck);
+            } else {
+                busy_recheck = PARK_AFTER_MS.min(recheck);
+            }
+        }
+        let wake = deadline.min(now + next) + clock::TICK.as_millis() as u64;
         tokio::time::sleep_until(clock::instant_at(wake).into()).await;
     }
 }
