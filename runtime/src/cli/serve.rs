@@ -19,9 +19,14 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
     // Resolved now: after an upgrade replaced the file, this path names the
     // new binary (while /proc/self/exe still names the old one).
     let program = std::env::current_exe().context("cannot tell where the swan binary is")?;
+    // Where hints point: the configuration file actually read.
+    let file = config
+        .file
+        .as_deref()
+        .map_or_else(|| "swan.toml".to_owned(), |f| f.display().to_string());
     let mut app = App::load(&config).context("cannot load the sites")?;
     app.start_access_log(&config.log)
-        .context("check `access` in [log] of swan.toml")?;
+        .with_context(|| format!("check `access` in [log] of {file}"))?;
     let per_addr = match config.server.runtime {
         RuntimeModel::PerCore => config.server.workers,
         RuntimeModel::Shared => 1,
@@ -34,9 +39,9 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
             Some(g) => g,
             None => swan::server::listener::bind_group(l.addr, per_addr).map_err(|e| {
                 let hint = if e.is_addr_in_use() {
-                    "another process is using this address: pick a free one with --listen ADDR or `listen` in [server] of swan.toml (to replace a running swan without downtime, send it SIGUSR2)"
+                    format!("another process is using this address: pick a free one with --listen ADDR or `listen` in [server] of {file} (to replace a running swan without downtime, send it SIGUSR2)")
                 } else {
-                    "check the address given with --listen or `listen` in [server] of swan.toml"
+                    format!("check the address given with --listen or `listen` in [server] of {file}")
                 };
                 anyhow::Error::new(e).context(hint)
             })?,
@@ -56,8 +61,9 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         Some(a) => {
             let socket = inherited.as_mut().and_then(|h| h.take_admin(a.listen));
             Some(
-                swan::admin::start(app.clone(), a.listen, socket)
-                    .context("pick another address with `listen` in [admin] of swan.toml")?,
+                swan::admin::start(app.clone(), a.listen, socket).with_context(|| {
+                    format!("pick another address with `listen` in [admin] of {file}")
+                })?,
             )
         }
         None => None,
@@ -93,7 +99,10 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
     };
     print_banner(&config, &app.sites.load(), &bound, started);
     if let Some(admin) = &admin {
-        println!("admin: http://{}/ (/livez, /readyz, /metrics)", admin.addr);
+        say(
+            &config,
+            &format!("admin: http://{}/ (/livez, /readyz, /metrics)", admin.addr),
+        );
     }
     let reloader = Reloader::start(
         app.clone(),
@@ -303,15 +312,28 @@ fn print_banner(config: &Config, sites: &Sites, bound: &[std::net::SocketAddr], 
             format!("{scheme}://{a}/")
         })
         .collect();
-    println!(
-        "swan {} ready in {} ms: {} ({} workers, {} runtime); {} site{}, {files} files, {} cached, {servlets} servlets",
-        env!("CARGO_PKG_VERSION"),
-        started.elapsed().as_millis(),
-        urls.join(" "),
-        config.server.workers,
-        config.server.runtime.as_str(),
-        config.sites.len(),
-        if config.sites.len() == 1 { "" } else { "s" },
-        human_bytes(bytes),
+    say(
+        config,
+        &format!(
+            "swan {} ready in {} ms: {} ({} workers, {} runtime); {} site{}, {files} files, {} cached, {servlets} servlets",
+            env!("CARGO_PKG_VERSION"),
+            started.elapsed().as_millis(),
+            urls.join(" "),
+            config.server.workers,
+            config.server.runtime.as_str(),
+            config.sites.len(),
+            if config.sites.len() == 1 { "" } else { "s" },
+            human_bytes(bytes),
+        ),
     );
+}
+
+/// Prints a line for the operator: on stdout, or on stderr when the
+/// access log goes to stdout (whose readers expect only log lines).
+fn say(config: &Config, line: &str) {
+    if config.log.access == swan::config::AccessLogTarget::Stdout {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
 }

@@ -49,16 +49,30 @@ impl Peer {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .map(str::trim)
+            // Empty list elements are allowed and mean nothing (RFC 9110
+            // §5.6.1).
+            .filter(|hop| !hop.is_empty())
             .collect();
         for hop in hops.iter().rev() {
             let Some(ip) = parse_hop(hop) else { break };
+            // `::ffff:203.0.113.9` is 203.0.113.9.
+            let ip = ip.to_canonical();
             client = SocketAddr::new(ip, 0);
             if !proxy.trusts(ip) {
                 break;
             }
         }
-        let https = match headers.get("x-forwarded-proto").map(|v| v.as_bytes()) {
-            Some(p) => p.eq_ignore_ascii_case(b"https"),
+        // The rightmost value is the one the nearest (trusted) proxy set;
+        // anything left of it came from further away, maybe the client.
+        let proto = headers
+            .get_all("x-forwarded-proto")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .rfind(|p| !p.is_empty());
+        let https = match proto {
+            Some(p) => p.eq_ignore_ascii_case("https"),
             None => self.tls,
         };
         (client, https)
@@ -125,5 +139,37 @@ mod tests {
         // No trusted proxies at all: nothing is believed.
         let h = headers(&[("x-forwarded-for", "203.0.113.9")]);
         assert_eq!(lb.forwarded(&h, &proxy(&[])), (lb.client, false));
+    }
+
+    #[test]
+    fn empty_elements_mapped_addresses_and_the_nearest_proto() {
+        let lb = Peer::direct(SocketAddr::from(([10, 0, 0, 1], 5000)), false);
+        let p = proxy(&["10.0.0.0/8"]);
+        let h = headers(&[("x-forwarded-for", "203.0.113.9,, ,")]);
+        assert_eq!(lb.forwarded(&h, &p).0.ip().to_string(), "203.0.113.9");
+        let h = headers(&[("x-forwarded-for", "::ffff:203.0.113.9")]);
+        assert_eq!(lb.forwarded(&h, &p).0.ip().to_string(), "203.0.113.9");
+        // The proxy appends its value: the rightmost one counts, in one
+        // header or several.
+        for (pairs, https) in [
+            (
+                &[
+                    ("x-forwarded-proto", "https"),
+                    ("x-forwarded-proto", "http"),
+                ][..],
+                false,
+            ),
+            (
+                &[
+                    ("x-forwarded-proto", "http"),
+                    ("x-forwarded-proto", "https"),
+                ][..],
+                true,
+            ),
+            (&[("x-forwarded-proto", "http, https")][..], true),
+            (&[("x-forwarded-proto", "https, http")][..], false),
+        ] {
+            assert_eq!(lb.forwarded(&headers(pairs), &p).1, https, "{pairs:?}");
+        }
     }
 }
