@@ -417,3 +417,42 @@ async fn a_set_max_response_bytes_cuts_a_component_body_off_as_an_abort() -> Res
     assert_eq!(unset.get("/f/stream?n=20480").await?.body.len(), 20 << 20);
     Ok(())
 }
+
+/// Time the guest spends waiting for a slow client's upload is governed
+/// by the body's own rules (size, `body_timeout`, `body_min_rate`), not by
+/// the guest's run-time deadline: a valid upload that takes longer than
+/// `timeout` reaches the guest whole, as it does a native servlet.
+#[tokio::test]
+async fn a_slow_upload_within_the_body_rules_is_not_a_timeout() -> Result<()> {
+    let (_site, server) = start("timeout = \"1s\"\nmax_body_bytes = \"1 MiB\"\n").await?;
+    let mut stream = tokio::net::TcpStream::connect(server.addr()).await?;
+    let chunk = vec![b'u'; 10_000];
+    tokio::io::AsyncWriteExt::write_all(
+        &mut stream,
+        b"POST /f/upload HTTP/1.1\r\nHost: a\r\nContent-Length: 250000\r\nConnection: close\r\n\r\n",
+    )
+    .await?;
+    let started = std::time::Instant::now();
+    for _ in 0..25 {
+        tokio::io::AsyncWriteExt::write_all(&mut stream, &chunk).await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let text = swan_tests::read_until_close(&mut stream, Duration::from_secs(10)).await;
+    assert!(started.elapsed() > Duration::from_secs(2));
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{}",
+        &text[..text.len().min(300)]
+    );
+    assert!(
+        text.contains("\r\n250000\r\n"),
+        "{}",
+        &text[..text.len().min(300)]
+    );
+    // The deadline still holds a guest that runs too long.
+    assert_eq!(
+        server.get("/f/loop").await?.status,
+        StatusCode::GATEWAY_TIMEOUT
+    );
+    Ok(())
+}

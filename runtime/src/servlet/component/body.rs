@@ -11,8 +11,9 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -22,13 +23,76 @@ use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
 use crate::request::BodyPolicy;
 
-/// What became of a request body.
-#[derive(Debug, Default)]
-pub(crate) struct BodyVerdict(AtomicU8);
+/// What became of a request body, and how long the guest has waited for
+/// the client to send it.
+#[derive(Debug)]
+pub(crate) struct BodyVerdict(AtomicU8, Waiting);
+
+impl Default for BodyVerdict {
+    fn default() -> BodyVerdict {
+        BodyVerdict(AtomicU8::new(0), Waiting::new())
+    }
+}
+
+/// Time spent waiting for the client's bytes: the body's own rules
+/// (`body_timeout`, `body_min_rate`) govern it, not the guest's deadline.
+#[derive(Debug)]
+struct Waiting {
+    base: Instant,
+    /// Microseconds since `base` when the current wait began, plus one (0:
+    /// not waiting).
+    since_us: AtomicU64,
+    /// Microseconds of the waits that ended.
+    total_us: AtomicU64,
+}
+
+impl Waiting {
+    fn new() -> Waiting {
+        Waiting {
+            base: Instant::now(),
+            since_us: AtomicU64::new(0),
+            total_us: AtomicU64::new(0),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        self.base.elapsed().as_micros() as u64 + 1
+    }
+
+    fn begin(&self) {
+        if self.since_us.load(Ordering::Relaxed) == 0 {
+            self.since_us.store(self.now_us(), Ordering::Relaxed);
+        }
+    }
+
+    fn end(&self) {
+        let since = self.since_us.swap(0, Ordering::Relaxed);
+        if since != 0 {
+            self.total_us
+                .fetch_add(self.now_us().saturating_sub(since), Ordering::Relaxed);
+        }
+    }
+
+    fn so_far(&self) -> Duration {
+        let since = self.since_us.load(Ordering::Relaxed);
+        let current = if since == 0 {
+            0
+        } else {
+            self.now_us().saturating_sub(since)
+        };
+        Duration::from_micros(self.total_us.load(Ordering::Relaxed) + current)
+    }
+}
 
 impl BodyVerdict {
     const TOO_LARGE: u8 = 1;
     const TOO_SLOW: u8 = 2;
+
+    /// How long the guest has waited for the client's body so far
+    /// (including a wait under way).
+    pub(crate) fn waited(&self) -> Duration {
+        self.1.so_far()
+    }
 
     /// Whether the body went over the size limit.
     pub(crate) fn too_large(&self) -> bool {
@@ -78,7 +142,13 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         use wasmtime_wasi_http::Error as E;
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if polled.is_ready() {
+            this.verdict.1.end();
+        } else {
+            this.verdict.1.begin();
+        }
+        match polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     this.received += data.len() as u64;

@@ -44,6 +44,8 @@ pub(crate) struct ComponentHost {
     /// Whether the current response's head is out: from then on only run
     /// time counts against the deadline.
     pub(crate) head_sent: Arc<AtomicBool>,
+    /// The current request's body: how long the guest waited for it.
+    pub(crate) body: Arc<super::BodyVerdict>,
     pub(crate) stdout: GuestOutput,
     pub(crate) stderr: GuestOutput,
     /// The request id, for the output's log lines.
@@ -88,6 +90,7 @@ impl ComponentHost {
             info,
             deadline: Deadline::default(),
             head_sent: Arc::default(),
+            body: Arc::default(),
             stdout,
             stderr,
             request_id: String::new(),

@@ -279,7 +279,8 @@ impl Guest for ComponentGuest {
         store.epoch_deadline_callback(|mut ctx| {
             let host = ctx.data_mut();
             let wall_clock = !host.head_sent.load(Ordering::Relaxed);
-            if host.deadline.passed(wall_clock) {
+            let waited = host.body.waited();
+            if host.deadline.passed(wall_clock, waited) {
                 return Err(DeadlineExceeded.into());
             }
             // tokio's yield, not a bare wake: the worker polls its I/O
@@ -330,6 +331,7 @@ impl Guest for ComponentGuest {
         let head_sent = Arc::new(AtomicBool::new(false));
         let host = instance.store.data_mut();
         host.head_sent = head_sent.clone();
+        host.body = input.verdict.clone();
         host.request_id.clone_from(&id);
         host.deadline = Deadline::after(self.info.limits.timeout);
         host.kv.reset();
@@ -369,6 +371,7 @@ impl Guest for ComponentGuest {
         let task_store_down = store_down.clone();
         let guest = self.clone();
         let task_id = id.clone();
+        let task_body = input.verdict.clone();
         let task = tokio::spawn(async move {
             let head_sent = task_head_sent;
             let Some(ComponentInstance { store, handler }) = lease.instance() else {
@@ -399,11 +402,24 @@ impl Guest for ComponentGuest {
                 // epoch ticks). Once it streams, the guest's own run time is
                 // still capped by its ticks, and a stalled body by the
                 // connection's send_timeout.
-                let outer = tokio::time::sleep(guest.info.limits.timeout + HOST_CALL_GRACE);
+                // Time spent waiting for the client's request body does not
+                // count: the body's own rules (408) bound it.
+                let limit = guest.info.limits.timeout + HOST_CALL_GRACE;
+                let started = tokio::time::Instant::now();
+                let outer = tokio::time::sleep(limit);
                 tokio::pin!(call, outer);
-                let finished = tokio::select! {
-                    r = &mut call => Some(r),
-                    () = &mut outer => None,
+                let finished = loop {
+                    tokio::select! {
+                        r = &mut call => break Some(r),
+                        () = &mut outer => {
+                            let due = started + limit + task_body.waited();
+                            if tokio::time::Instant::now() < due {
+                                outer.as_mut().reset(due);
+                                continue;
+                            }
+                            break None;
+                        }
+                    }
                 };
                 let finished = match finished {
                     Some(r) => Some(r),

@@ -129,7 +129,11 @@ impl Guest for NativeGuest {
         );
         store.limiter(|h| &mut h.limits);
         store.epoch_deadline_callback(|mut ctx| {
-            if ctx.data_mut().deadline.passed(true) {
+            if ctx
+                .data_mut()
+                .deadline
+                .passed(true, std::time::Duration::ZERO)
+            {
                 return Err(DeadlineExceeded.into());
             }
             // Yield to the worker's other tasks at every tick.
