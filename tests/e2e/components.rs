@@ -456,3 +456,21 @@ async fn a_slow_upload_within_the_body_rules_is_not_a_timeout() -> Result<()> {
     );
     Ok(())
 }
+
+/// A guest that sets its response and then fails before any of its body
+/// is sent gives the client a 500 (it got an empty reply before), over
+/// both protocols.
+#[tokio::test]
+async fn a_guest_failing_before_its_first_body_byte_is_a_500() -> Result<()> {
+    let (_site, server) = start("").await?;
+    for _ in 0..3 {
+        let r = server.get("/f/stream-then-trap?n=0").await?;
+        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+        let r = server
+            .send_h2(Request::get(server.url("/f/stream-then-trap?n=0")).body(Full::default())?)
+            .await?;
+        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    assert_eq!(server.get("/f/ok").await?.text(), "ok");
+    Ok(())
+}

@@ -364,7 +364,7 @@ impl Guest for ComponentGuest {
         instance.store.set_epoch_deadline(1);
         // The guest runs in a task of its own: its response body streams
         // after `handle` returns, while the task keeps the instance.
-        let (outcome_tx, outcome_rx) = oneshot::channel::<Outcome>();
+        let (outcome_tx, mut outcome_rx) = oneshot::channel::<Outcome>();
         let task_head_sent = head_sent.clone();
         // A guest that fails after a store was unavailable gives 503.
         let store_down = Arc::new(AtomicBool::new(false));
@@ -485,6 +485,22 @@ impl Guest for ComponentGuest {
                     abort.abort();
                     return Err(RequestError::BodyTimeout);
                 }
+                // A guest that already failed (it set its response, then
+                // trapped or ran out of time before the client got a
+                // byte): the client gets a 500, not a head that hyper
+                // would never send, or an aborted 200.
+                let outcome_rx = match outcome_rx.try_recv() {
+                    Ok(Err(failure)) => {
+                        let store_down = store_down.load(Ordering::Relaxed);
+                        return Err(self.no_response(&failure, &input.verdict, store_down, &id));
+                    }
+                    Ok(Ok(())) => {
+                        let (tx, rx) = oneshot::channel();
+                        let _ = tx.send(Ok(()));
+                        rx
+                    }
+                    Err(_) => outcome_rx,
+                };
                 let res =
                     res.map(|b| Body::stream(GuestBody::new(b, outcome_rx, abort, sent, limit)));
                 Ok(res)
@@ -501,32 +517,45 @@ impl Guest for ComponentGuest {
                     Ok(Ok(())) => "returned without setting a response".to_owned(),
                     Err(_) => "the guest task ended".to_owned(),
                 };
-                if input.verdict.too_large() {
-                    return Err(RequestError::PayloadTooLarge);
-                }
-                if input.verdict.too_slow() {
-                    return Err(RequestError::BodyTimeout);
-                }
-                if store_down.load(Ordering::Relaxed) {
-                    return Err(RequestError::StoreUnavailable);
-                }
-                if failure.contains("deadline") {
-                    return Err(RequestError::ServletTimeout);
-                }
-                tracing::debug!(servlet = %self.info.name, request_id = %id, failure, "no response");
-                if self.info.development && failure.starts_with("trap") {
-                    return Err(RequestError::ServletTrapped {
-                        servlet: self.info.name.clone(),
-                        detail: failure.into(),
-                    });
-                }
-                Err(RequestError::ServletFault)
+                let store_down = store_down.load(Ordering::Relaxed);
+                Err(self.no_response(&failure, &input.verdict, store_down, &id))
             }
         }
     }
 }
 
 impl ComponentGuest {
+    /// What the client gets for a guest that failed before its response
+    /// was sent.
+    fn no_response(
+        &self,
+        failure: &str,
+        verdict: &BodyVerdict,
+        store_down: bool,
+        id: &str,
+    ) -> RequestError {
+        if verdict.too_large() {
+            return RequestError::PayloadTooLarge;
+        }
+        if verdict.too_slow() {
+            return RequestError::BodyTimeout;
+        }
+        if store_down {
+            return RequestError::StoreUnavailable;
+        }
+        if failure.contains("deadline") {
+            return RequestError::ServletTimeout;
+        }
+        tracing::debug!(servlet = %self.info.name, request_id = %id, failure, "no response");
+        if self.info.development && failure.starts_with("trap") {
+            return RequestError::ServletTrapped {
+                servlet: self.info.name.clone(),
+                detail: failure.into(),
+            };
+        }
+        RequestError::ServletFault
+    }
+
     /// A failure's log text, without the guest's backtrace noise.
     fn describe_failure(&self, e: &wasmtime::Error) -> String {
         if e.is::<DeadlineExceeded>() {
