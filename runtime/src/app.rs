@@ -259,7 +259,7 @@ impl App {
         let elapsed = started.elapsed();
         let servlet = hit.and_then(|r| match &r.target {
             Target::Servlet(s) => Some((r, s)),
-            Target::BuildFailed(_) => None,
+            Target::BuildFailed(_) | Target::Refused(_) => None,
         });
         let counters: &Arc<RouteCounters> = match servlet {
             Some((route, s)) => s.stats().requests.get_or_init(|| {
@@ -428,6 +428,10 @@ impl App {
                     // Boxed: a guest call's state is kilobytes, and the
                     // static path should not carry (and move) it.
                     Box::pin(servlet.call(req, ctx)).await
+                }
+                Target::Refused(name) => {
+                    tracing::warn!(servlet = %name, request_id = %id, "the route's servlet was refused at load");
+                    Err(RequestError::ServletFault)
                 }
                 Target::BuildFailed(e) => Err(RequestError::BuildFailed {
                     servlet: e.name.clone(),

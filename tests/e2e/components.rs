@@ -474,3 +474,26 @@ async fn a_guest_failing_before_its_first_body_byte_is_a_500() -> Result<()> {
     assert_eq!(server.get("/f/ok").await?.text(), "ok");
     Ok(())
 }
+
+/// A `[[site.route]]` whose servlet is refused at load answers 500: its
+/// paths do not fall through to the site's files.
+#[tokio::test]
+async fn a_route_whose_servlet_is_refused_does_not_fall_open_to_files() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/x/secret.txt", "not for you")?;
+    site.file(
+        "bad.wasm",
+        wat_component(r#"(component (import "acme:evil/thing" (instance (export "f" (func)))))"#)?,
+    )?;
+    let config = site.config(
+        "[[site]]\nroot = \"www\"\n[[site.route]]\npath = \"/x/*\"\nservlet = \"bad.wasm\"\n",
+    )?;
+    let server = TestServer::start(config).await?;
+    for path in ["/x/secret.txt", "/x", "/x/other"] {
+        let r = server.get(path).await?;
+        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{path}");
+        assert!(!r.text().contains("not for you"), "{path}");
+    }
+    Ok(())
+}

@@ -71,6 +71,10 @@ pub(crate) fn json(app: &Arc<App>, readiness: &str) -> Value {
                         "route": route.path.to_string(),
                         "build_failed": e.name,
                     }),
+                    Target::Refused(name) => json!({
+                        "route": route.path.to_string(),
+                        "refused": name.as_ref(),
+                    }),
                 })
                 .collect();
             json!({

@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::native::{self, LoadError};
 use super::plan::{self, BuildRecord, Listing, Planned, PlannedTarget};
 use super::pool::InstancePool;
-use super::route::{Route, RouteTable, Target};
+use super::route::{Route, RouteOrigin, RouteTable, Target};
 use super::source::BuildError;
 use super::{Pool, component};
 use super::{Servlet, ServletInfo};
@@ -191,8 +191,11 @@ impl Loader {
         for p in planned {
             let target = match p.target {
                 PlannedTarget::BuildFailed(e) => Target::BuildFailed(e),
-                PlannedTarget::Servlet(_) => match loaded_iter.next() {
+                PlannedTarget::Servlet(info) => match loaded_iter.next() {
                     Some(Some(l)) => Target::Servlet(l.servlet.clone()),
+                    _ if p.origin == RouteOrigin::Config => {
+                        Target::Refused(Arc::from(info.name.as_str()))
+                    }
                     _ => continue,
                 },
             };
@@ -328,7 +331,7 @@ impl SiteServlets {
     pub fn servlet_at(&self, path: &str) -> Option<&Arc<Servlet>> {
         match &self.routes.find(path)?.route.target {
             Target::Servlet(s) => Some(s),
-            Target::BuildFailed(_) => None,
+            Target::BuildFailed(_) | Target::Refused(_) => None,
         }
     }
 

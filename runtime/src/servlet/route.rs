@@ -23,6 +23,10 @@ pub enum Target {
     /// Development mode: a source folder whose last build failed; the
     /// route answers with the compiler's output.
     BuildFailed(Arc<BuildError>),
+    /// A `[[site.route]]` whose servlet was refused at load (and had no
+    /// working version to keep): the route answers 500 rather than let
+    /// its paths fall through to the site's files.
+    Refused(Arc<str>),
 }
 
 /// Where a route came from.
