@@ -86,6 +86,7 @@ impl AccessLog {
             merged: Vec::new(),
             order: Vec::new(),
             taken: Vec::with_capacity(shared.shards.len()),
+            failures: None,
             shared: shared.clone(),
         };
         let handle = std::thread::Builder::new()
@@ -249,7 +250,13 @@ struct Writer {
     order: Vec<(u64, usize, usize, usize)>,
     /// The shards that had lines in this batch.
     taken: Vec<usize>,
+    /// When a failed write was last reported, and the failures since.
+    failures: Option<(std::time::Instant, u64)>,
 }
+
+/// How often a log that cannot be written (disk full, reader gone) is
+/// reported.
+const REPORT_FAILURES_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Writer {
     fn run(mut self) {
@@ -313,7 +320,21 @@ impl Writer {
             Output::File { file, .. } => file.write_all(text),
         };
         if let Err(e) = written {
-            tracing::warn!(error = %e, "cannot write the access log");
+            // The batch's lines are lost: counted as dropped, and reported
+            // once per REPORT_FAILURES_EVERY, not once per batch.
+            let lines = text.iter().filter(|&&b| b == b'\n').count() as u64;
+            self.shared.dropped.add(lines);
+            let now = std::time::Instant::now();
+            match &mut self.failures {
+                Some((at, since)) if now.duration_since(*at) < REPORT_FAILURES_EVERY => {
+                    *since += 1;
+                }
+                last => {
+                    let before = last.map_or(0, |(_, n)| n);
+                    tracing::warn!(error = %e, lines, failures_since_last_report = before, "cannot write the access log; its lines are dropped and counted");
+                    *last = Some((now, 0));
+                }
+            }
         }
         for spare in &mut self.spares {
             spare.text.clear();
@@ -368,6 +389,26 @@ mod tests {
         // The default: 16 shards of 1,024 lines.
         let shared = Shared::new(AccessLogFormat::Json, 16_384, dropped);
         assert_eq!((shared.shards.len(), shared.per_shard), (16, 1024));
+    }
+
+    /// Lines that cannot be written (here: a full disk) are counted as
+    /// dropped, and the server goes on.
+    #[test]
+    fn lines_that_cannot_be_written_are_counted_as_dropped() {
+        let config = LogConfig {
+            access: AccessLogTarget::File(PathBuf::from("/dev/full")),
+            format: AccessLogFormat::Combined,
+            buffer: 1 << 10,
+        };
+        let dropped = Arc::new(Counter::default());
+        let log = AccessLog::start(&config, dropped.clone())
+            .expect("opens")
+            .expect("on");
+        for _ in 0..50 {
+            log.log(&entry());
+        }
+        log.close();
+        assert_eq!(dropped.get(), 50);
     }
 
     #[test]
