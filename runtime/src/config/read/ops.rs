@@ -46,13 +46,14 @@ pub(super) fn listeners(
         DeValue::Array(items) => (items.iter().collect(), true),
         _ => (vec![value], false),
     };
-    let mut out = Vec::new();
+    let mut out: Vec<ListenerConfig> = Vec::new();
     for (n, item) in items.into_iter().enumerate() {
         let path = if in_array {
             format!("server.listen[{n}]")
         } else {
             "server.listen".to_owned()
         };
+        let before = out.len();
         match item.get_ref() {
             DeValue::String(s) => match parse_listen(s) {
                 Ok(addr) => out.push(ListenerConfig::plain(addr)),
@@ -114,6 +115,19 @@ pub(super) fn listeners(
                 ),
                 Some(LISTEN_HINT.to_owned()),
             ),
+        }
+        // Two listeners on one address (or a wildcard address and another
+        // on its port) could not both be bound.
+        if out.len() > before
+            && let Some(new) = out.last().map(|l| l.addr)
+            && let Some(k) = out[..before].iter().position(|l| overlap(l.addr, new))
+        {
+            diag.error(
+                item.span(),
+                &path,
+                format!("{new} overlaps server.listen[{k}] ({})", out[k].addr),
+                Some("give each listener its own address and port".to_owned()),
+            );
         }
     }
     if out.is_empty() && !diag.has_errors() {
@@ -258,4 +272,16 @@ pub(super) fn log(
         }
     }
     l
+}
+
+/// Whether two listen addresses would take the same port: the same
+/// address, or a wildcard (`0.0.0.0`, or `[::]`, which swan binds IPv6
+/// only) and any address of its family on its port. Port 0 is always a
+/// fresh port.
+pub(super) fn overlap(a: std::net::SocketAddr, b: std::net::SocketAddr) -> bool {
+    if a.port() != b.port() || a.port() == 0 {
+        return false;
+    }
+    let (x, y) = (a.ip(), b.ip());
+    x == y || (x.is_ipv4() == y.is_ipv4() && (x.is_unspecified() || y.is_unspecified()))
 }
