@@ -379,15 +379,7 @@ impl<S> WatchedIo<S> {
     fn may_release(&self) -> bool {
         !self.state.sendfile.unflushed() && ends_head(&self.tail) && !self.state.in_flight()
     }
-}
 
-/// Whether bytes ending with `tail` end a head: a blank line, `\r\n\r\n`
-/// or, as hyper also accepts, bare `\n\n`.
-fn ends_head(tail: &[u8; 4]) -> bool {
-    tail == b"\r\n\r\n" || tail[2..] == *b"\n\n"
-}
-
-impl<S> WatchedIo<S> {
     fn remember_tail(&mut self, new: &[u8]) {
         if new.len() >= 4 {
             self.tail.copy_from_slice(&new[new.len() - 4..]);
@@ -396,6 +388,12 @@ impl<S> WatchedIo<S> {
             self.tail[4 - new.len()..].copy_from_slice(new);
         }
     }
+}
+
+/// Whether bytes ending with `tail` end a head: a blank line, `\r\n\r\n`
+/// or, as hyper also accepts, bare `\n\n`.
+fn ends_head(tail: &[u8; 4]) -> bool {
+    tail == b"\r\n\r\n" || tail[2..] == *b"\n\n"
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {

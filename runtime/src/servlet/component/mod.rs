@@ -14,6 +14,7 @@
 //!   aborts its response.
 
 mod body;
+mod failure;
 mod host;
 mod keyvalue;
 mod linkers;
@@ -51,6 +52,8 @@ use crate::engine::{Engine, Tier};
 use crate::request::RequestError;
 use crate::store::Stores;
 use body::{GuestBody, Outcome};
+use failure::GuestCode;
+use failure::{missing_import, p2_code};
 use host::ComponentHost;
 #[cfg(feature = "p3")]
 use p3::P3Use;
@@ -80,14 +83,6 @@ enum Handler {
     P2(Proxy),
     #[cfg(feature = "p3")]
     P3(Service),
-}
-
-/// What a guest's own error code means, for either wasi:http version.
-#[derive(Debug)]
-pub(super) enum GuestCode {
-    BodyTooLarge,
-    Timeout,
-    Other(String),
 }
 
 /// A checked, linked component.
@@ -524,72 +519,6 @@ impl Guest for ComponentGuest {
     }
 }
 
-impl ComponentGuest {
-    /// What the client gets for a guest that failed before its response
-    /// was sent.
-    fn no_response(
-        &self,
-        failure: &str,
-        verdict: &BodyVerdict,
-        store_down: bool,
-        id: &str,
-    ) -> RequestError {
-        if verdict.too_large() {
-            return RequestError::PayloadTooLarge;
-        }
-        if verdict.too_slow() {
-            return RequestError::BodyTimeout;
-        }
-        if store_down {
-            return RequestError::StoreUnavailable;
-        }
-        if failure.contains("deadline") {
-            return RequestError::ServletTimeout;
-        }
-        tracing::debug!(servlet = %self.info.name, request_id = %id, failure, "no response");
-        if self.info.development && failure.starts_with("trap") {
-            return RequestError::ServletTrapped {
-                servlet: self.info.name.clone(),
-                detail: failure.into(),
-            };
-        }
-        RequestError::ServletFault
-    }
-
-    /// A failure's log text, without the guest's backtrace noise.
-    fn describe_failure(&self, e: &wasmtime::Error) -> String {
-        if e.is::<DeadlineExceeded>() {
-            return "servlet ran past its deadline".to_owned();
-        }
-        if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
-            return format!("exited with code {}", exit.0);
-        }
-        match e.downcast_ref::<wasmtime::Trap>() {
-            // With the wasm backtrace (it goes to the log, and in
-            // development mode to the client).
-            Some(trap) => format!("trap: {trap}\n{e:?}"),
-            None => format!("{e:#}"),
-        }
-    }
-
-    /// What a guest's own error code means for the client.
-    fn error_for(&self, code: &GuestCode, verdict: &BodyVerdict, id: &str) -> RequestError {
-        let detail = match code {
-            GuestCode::Other(detail) => detail.as_str(),
-            GuestCode::BodyTooLarge => "request body too large",
-            GuestCode::Timeout => "timeout",
-        };
-        tracing::debug!(servlet = %self.info.name, request_id = %id, code = detail, "component answered with an error code");
-        match code {
-            _ if verdict.too_large() => RequestError::PayloadTooLarge,
-            _ if verdict.too_slow() => RequestError::BodyTimeout,
-            GuestCode::BodyTooLarge => RequestError::PayloadTooLarge,
-            GuestCode::Timeout => RequestError::ServletTimeout,
-            GuestCode::Other(_) => RequestError::ServletFault,
-        }
-    }
-}
-
 /// A request made into a guest's resources, per world.
 enum Call {
     P2(
@@ -603,8 +532,7 @@ enum Call {
 /// What the guest answered: its response (with, for p3, the signal its
 /// event loop waits for, dropped once the body is sent or abandoned), or
 /// its own error code.
-pub(super) type Head =
-    Result<(Response<HyperOutgoingBody>, Option<oneshot::Sender<()>>), GuestCode>;
+type Head = Result<(Response<HyperOutgoingBody>, Option<oneshot::Sender<()>>), GuestCode>;
 
 /// Where the guest's answer will come from, per world.
 enum HeadRx {
@@ -623,25 +551,5 @@ impl HeadRx {
             #[cfg(feature = "p3")]
             HeadRx::P3(rx) => rx.await,
         }
-    }
-}
-
-/// The import a link error names: wasmtime says "component imports
-/// instance `wasi:foo/bar@1.0.0`, but a matching implementation was not
-/// found in the linker" (or "function", "resource"...).
-fn missing_import(e: &wasmtime::Error) -> Option<String> {
-    let text = e.to_string();
-    let after = &text[text.find("imports ")?..];
-    let start = after.find('`')? + 1;
-    let len = after[start..].find('`')?;
-    Some(after[start..start + len].to_owned())
-}
-
-/// What a p2 guest's own error code means.
-fn p2_code(code: &ErrorCode) -> GuestCode {
-    match code {
-        ErrorCode::HttpRequestBodySize(_) => GuestCode::BodyTooLarge,
-        ErrorCode::ConnectionReadTimeout | ErrorCode::HttpResponseTimeout => GuestCode::Timeout,
-        other => GuestCode::Other(format!("{other:?}")),
     }
 }

@@ -1,0 +1,107 @@
+//! What a component's failure means for the client: its own error codes
+//! (either wasi:http version), a trap, a timeout or no response at all, as
+//! one [`RequestError`]; and what a link error names.
+
+use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
+
+use super::{BodyVerdict, ComponentGuest, DeadlineExceeded};
+use crate::request::RequestError;
+
+/// What a guest's own error code means, for either wasi:http version.
+#[derive(Debug)]
+pub(super) enum GuestCode {
+    BodyTooLarge,
+    Timeout,
+    Other(String),
+}
+
+impl ComponentGuest {
+    /// What the client gets for a guest that failed before its response
+    /// was sent.
+    pub(super) fn no_response(
+        &self,
+        failure: &str,
+        verdict: &BodyVerdict,
+        store_down: bool,
+        id: &str,
+    ) -> RequestError {
+        if verdict.too_large() {
+            return RequestError::PayloadTooLarge;
+        }
+        if verdict.too_slow() {
+            return RequestError::BodyTimeout;
+        }
+        if store_down {
+            return RequestError::StoreUnavailable;
+        }
+        if failure.contains("deadline") {
+            return RequestError::ServletTimeout;
+        }
+        tracing::debug!(servlet = %self.info.name, request_id = %id, failure, "no response");
+        if self.info.development && failure.starts_with("trap") {
+            return RequestError::ServletTrapped {
+                servlet: self.info.name.clone(),
+                detail: failure.into(),
+            };
+        }
+        RequestError::ServletFault
+    }
+
+    /// A failure's log text, without the guest's backtrace noise.
+    pub(super) fn describe_failure(&self, e: &wasmtime::Error) -> String {
+        if e.is::<DeadlineExceeded>() {
+            return "servlet ran past its deadline".to_owned();
+        }
+        if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+            return format!("exited with code {}", exit.0);
+        }
+        match e.downcast_ref::<wasmtime::Trap>() {
+            // With the wasm backtrace (it goes to the log, and in
+            // development mode to the client).
+            Some(trap) => format!("trap: {trap}\n{e:?}"),
+            None => format!("{e:#}"),
+        }
+    }
+
+    /// What a guest's own error code means for the client.
+    pub(super) fn error_for(
+        &self,
+        code: &GuestCode,
+        verdict: &BodyVerdict,
+        id: &str,
+    ) -> RequestError {
+        let detail = match code {
+            GuestCode::Other(detail) => detail.as_str(),
+            GuestCode::BodyTooLarge => "request body too large",
+            GuestCode::Timeout => "timeout",
+        };
+        tracing::debug!(servlet = %self.info.name, request_id = %id, code = detail, "component answered with an error code");
+        match code {
+            _ if verdict.too_large() => RequestError::PayloadTooLarge,
+            _ if verdict.too_slow() => RequestError::BodyTimeout,
+            GuestCode::BodyTooLarge => RequestError::PayloadTooLarge,
+            GuestCode::Timeout => RequestError::ServletTimeout,
+            GuestCode::Other(_) => RequestError::ServletFault,
+        }
+    }
+}
+
+/// The import a link error names: wasmtime says "component imports
+/// instance `wasi:foo/bar@1.0.0`, but a matching implementation was not
+/// found in the linker" (or "function", "resource"...).
+pub(super) fn missing_import(e: &wasmtime::Error) -> Option<String> {
+    let text = e.to_string();
+    let after = &text[text.find("imports ")?..];
+    let start = after.find('`')? + 1;
+    let len = after[start..].find('`')?;
+    Some(after[start..start + len].to_owned())
+}
+
+/// What a p2 guest's own error code means.
+pub(super) fn p2_code(code: &ErrorCode) -> GuestCode {
+    match code {
+        ErrorCode::HttpRequestBodySize(_) => GuestCode::BodyTooLarge,
+        ErrorCode::ConnectionReadTimeout | ErrorCode::HttpResponseTimeout => GuestCode::Timeout,
+        other => GuestCode::Other(format!("{other:?}")),
+    }
+}
