@@ -20,7 +20,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::body::Body;
-use crate::config::{Config, LogConfig, ServerConfig};
+use crate::config::{AdminConfig, Config, LogConfig, ServerConfig};
 use crate::observe::Observe;
 use crate::observe::access_log::{self, AccessLog, Entry, RequestText};
 use crate::observe::counters::RouteCounters;
@@ -46,6 +46,11 @@ pub struct App {
     pub loader: Option<Arc<Loader>>,
     /// Counters, readiness, reloads, the access log.
     pub observe: Arc<Observe>,
+    /// `[log]` as the app was loaded with: like `server`, it changes only
+    /// with a restart (a reload compares against it).
+    pub log: LogConfig,
+    /// `[admin]`, likewise.
+    pub admin: Option<AdminConfig>,
 }
 
 /// What is left to record when a response's body has been sent: its
@@ -94,50 +99,26 @@ impl LogHead {
     }
 }
 
-/// HTTP/2 responses that must not have a body: to HEAD, and 204 and 304
-/// (RFC 9110 §6.4.1). hyper leaves HTTP/2 bodies as they are (it drops
-/// them itself on HTTP/1), and a servlet's body there is a protocol error
-/// for the client.
-#[derive(Clone, Copy)]
-struct Bodiless {
-    h2: bool,
-    head: bool,
-}
-
-impl Bodiless {
-    fn of<B>(req: &Request<B>) -> Bodiless {
-        Bodiless {
-            h2: req.version() == http::Version::HTTP_2,
-            head: req.method() == Method::HEAD,
-        }
+/// Empties the body of an HTTP/2 response that must not have one: an
+/// answer to HEAD, a 204 or a 304 (RFC 9110 §6.4.1). hyper drops these
+/// bodies itself on HTTP/1 only, and a body there is a protocol error for
+/// the client. A HEAD answer keeps the length a GET would have had.
+fn strip_h2_body(res: &mut Response<Body>, head: bool) {
+    let status = res.status();
+    let no_content =
+        status == http::StatusCode::NO_CONTENT || status == http::StatusCode::NOT_MODIFIED;
+    let size = http_body::Body::size_hint(res.body()).exact();
+    if !(head || no_content) || size == Some(0) {
+        return;
     }
-
-    /// Empties `res`'s body where it must be; a HEAD answer keeps the
-    /// length a GET would have had.
-    fn strip(self, res: &mut Response<Body>) {
-        let status = res.status();
-        if !self.h2
-            || !(self.head
-                || status == http::StatusCode::NO_CONTENT
-                || status == http::StatusCode::NOT_MODIFIED)
-        {
-            return;
-        }
-        let size = http_body::Body::size_hint(res.body()).exact();
-        if size == Some(0) {
-            return;
-        }
-        if self.head
-            && status != http::StatusCode::NO_CONTENT
-            && status != http::StatusCode::NOT_MODIFIED
-            && let Some(n) = size
-            && !res.headers().contains_key(header::CONTENT_LENGTH)
-        {
-            res.headers_mut()
-                .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
-        }
-        *res.body_mut() = Body::empty();
+    if !no_content
+        && let Some(n) = size
+        && !res.headers().contains_key(header::CONTENT_LENGTH)
+    {
+        res.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
     }
+    *res.body_mut() = Body::empty();
 }
 
 /// The Host of a request: the absolute-form authority, else the header.
@@ -183,7 +164,10 @@ impl App {
             None
         };
         let sites = Sites::load(config, loader.as_ref())?;
-        Ok(App::new(config.server.clone(), sites, loader))
+        let mut app = App::new(config.server.clone(), sites, loader);
+        app.log = config.log.clone();
+        app.admin = config.admin.clone();
+        Ok(app)
     }
 
     /// Starts the access log `log` configures (before the app is shared).
@@ -202,6 +186,8 @@ impl App {
             sites: ArcSwap::from_pointee(sites),
             loader,
             observe: Arc::default(),
+            log: LogConfig::default(),
+            admin: None,
         }
     }
 
@@ -231,7 +217,9 @@ impl App {
             peer.forwarded(req.headers(), &self.server.proxy)
         };
         let log_head = self.observe.access_log.is_some().then(|| LogHead::of(&req));
-        let bodiless = Bodiless::of(&req);
+        // HTTP/2: whether this is a HEAD (see `strip_h2_body`).
+        let h2_head =
+            (req.version() == http::Version::HTTP_2).then(|| req.method() == Method::HEAD);
         let sites = self.sites.load();
         let site = sites.for_host(host_of(&req));
         let mut hit = None;
@@ -242,7 +230,9 @@ impl App {
             tokio::pin!(handling);
             answer_or_500(handling.as_mut().instrument(span.clone()), id).await
         };
-        bodiless.strip(&mut res);
+        if let Some(head) = h2_head {
+            strip_h2_body(&mut res, head);
+        }
         let headers = res.headers_mut();
         headers.insert(header::SERVER, SERVER_NAME);
         if self.server.request_id_header {

@@ -247,11 +247,6 @@ fn run(
     tx: mpsc::Sender<Msg>,
 ) {
     let mut tiering = HashSet::new();
-    // What [log] and [admin] said when serving started: they are not
-    // reloaded, and a change to them is reported as needing a restart.
-    let started_with = Config::load(source.file.as_deref(), &source.overrides)
-        .ok()
-        .map(|c| (c.log, c.admin));
     loop {
         let first = match rx.recv() {
             Ok(Msg::Stop) | Err(_) => return,
@@ -286,7 +281,7 @@ fn run(
         // is abandoned (the old state keeps serving) and the loop goes on.
         let applied = std::panic::catch_unwind(AssertUnwindSafe(|| {
             if batch.config {
-                if reload_config(&app, &source, started_with.as_ref()) {
+                if reload_config(&app, &source) {
                     match Watched::new(&app, &source, &tx) {
                         Ok(w) => watched = w,
                         Err(e) => {
@@ -424,11 +419,7 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
 }
 
 /// Reads the configuration again; returns whether it was applied.
-fn reload_config(
-    app: &App,
-    source: &ConfigSource,
-    started_with: Option<&(crate::config::LogConfig, Option<crate::config::AdminConfig>)>,
-) -> bool {
+fn reload_config(app: &App, source: &ConfigSource) -> bool {
     let config = match Config::load(source.file.as_deref(), &source.overrides) {
         Ok(c) => c,
         Err(e) => {
@@ -444,9 +435,7 @@ fn reload_config(
             "[server] settings changed (listeners, workers, limits): they take effect after a restart"
         );
     }
-    if let Some((log, admin)) = started_with
-        && (config.log != *log || config.admin != *admin)
-    {
+    if config.log != app.log || config.admin != app.admin {
         tracing::warn!(
             "[log] or [admin] settings changed: they take effect after a restart (SIGUSR1 reopens the access log file)"
         );

@@ -178,6 +178,21 @@ async fn settings_reach_components_as_environment() -> Result<()> {
     Ok(())
 }
 
+/// `method path` over HTTP/1.1, then over HTTP/2.
+async fn over_both(
+    server: &TestServer,
+    method: http::Method,
+    path: &str,
+) -> Result<[swan_tests::Reply; 2]> {
+    let req = || {
+        Request::builder()
+            .method(method.clone())
+            .uri(server.url(path))
+            .body(Full::default())
+    };
+    Ok([server.send(req()?).await?, server.send_h2(req()?).await?])
+}
+
 /// A component written in the component text format.
 fn wat_component(text: &str) -> Result<Vec<u8>> {
     Ok(wat::parse_str(text)?)
@@ -348,31 +363,19 @@ async fn a_component_sees_the_authority_and_scheme_the_client_used() -> Result<(
 async fn bodiless_answers_and_odd_statuses_from_a_component() -> Result<()> {
     let (_site, server) = start("").await?;
     for path in ["/f/ok", "/f/big?n=10000"] {
-        let head = server
-            .send_h2(Request::head(server.url(path)).body(Full::default())?)
-            .await?;
-        assert_eq!(head.status, StatusCode::OK, "{path}");
-        assert!(head.body.is_empty(), "{path}");
-        let head = server
-            .send(Request::head(server.url(path)).body(Full::default())?)
-            .await?;
-        assert_eq!(head.status, StatusCode::OK, "{path}");
-        assert!(head.body.is_empty(), "{path}");
+        for head in over_both(&server, http::Method::HEAD, path).await? {
+            assert_eq!(head.status, StatusCode::OK, "{path}");
+            assert!(head.body.is_empty(), "{path} over {:?}", head.version);
+        }
     }
-    let no_content = server
-        .send_h2(Request::get(server.url("/f/status?n=204")).body(Full::default())?)
-        .await?;
+    let [_, no_content] = over_both(&server, http::Method::GET, "/f/status?n=204").await?;
     assert_eq!(no_content.status, StatusCode::NO_CONTENT);
     assert!(no_content.body.is_empty());
     for status in ["100", "101", "103", "600", "999"] {
-        let r = server.get(&format!("/f/status?n={status}")).await?;
-        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{status}");
-        let r = server
-            .send_h2(
-                Request::get(server.url(&format!("/f/status?n={status}"))).body(Full::default())?,
-            )
-            .await?;
-        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{status}");
+        let path = format!("/f/status?n={status}");
+        for r in over_both(&server, http::Method::GET, &path).await? {
+            assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{status}");
+        }
     }
     assert_eq!(server.get("/f/status?n=299").await?.status.as_u16(), 299);
     assert_eq!(server.get("/f/ok").await?.text(), "ok");
@@ -464,12 +467,9 @@ async fn a_slow_upload_within_the_body_rules_is_not_a_timeout() -> Result<()> {
 async fn a_guest_failing_before_its_first_body_byte_is_a_500() -> Result<()> {
     let (_site, server) = start("").await?;
     for _ in 0..3 {
-        let r = server.get("/f/stream-then-trap?n=0").await?;
-        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
-        let r = server
-            .send_h2(Request::get(server.url("/f/stream-then-trap?n=0")).body(Full::default())?)
-            .await?;
-        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+        for r in over_both(&server, http::Method::GET, "/f/stream-then-trap?n=0").await? {
+            assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+        }
     }
     assert_eq!(server.get("/f/ok").await?.text(), "ok");
     Ok(())

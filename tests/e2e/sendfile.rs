@@ -44,7 +44,9 @@ fn sent_by_kernel(server: &TestServer) -> u64 {
     server.app().observe.sendfile_responses.get()
 }
 
-async fn server(site: &TestSite, extra: &str) -> Result<TestServer> {
+/// A server whose cache holds files up to 16 KiB: larger ones stream
+/// from disk (with `sendfile` on plain HTTP/1).
+pub(crate) async fn server(site: &TestSite, extra: &str) -> Result<TestServer> {
     let config = site.config(&format!(
         "[server]\n{extra}\n[[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"16 KiB\"\n"
     ))?;

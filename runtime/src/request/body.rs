@@ -45,6 +45,14 @@ impl BodyPolicy {
     }
 }
 
+/// The length a message's `Content-Length` declares, if it is a number.
+pub fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
 /// Reads a body whole under `policy`. A declared `Content-Length` over
 /// the limit fails before anything is read.
 pub async fn read_whole<B>(
@@ -55,10 +63,7 @@ pub async fn read_whole<B>(
 where
     B: HttpBody<Data = Bytes> + Send + Unpin,
 {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared = declared_length(headers);
     if declared.is_some_and(|n| n > policy.max_bytes) {
         return Err(RequestError::PayloadTooLarge);
     }

@@ -158,29 +158,24 @@ impl Servlet {
         B::Error: std::fmt::Display,
     {
         let policy = ctx.body.at_most(self.info.limits.max_body_bytes);
+        let (mut parts, body) = req.into_parts();
+        remove_connection_listed(&mut parts.headers);
         match &self.pool {
             Pool::Native(pool) => {
-                let (mut parts, body) = req.into_parts();
-                remove_connection_listed(&mut parts.headers);
                 let req = Request::from_parts(parts, body);
                 let input = native::read_request(req, policy).await?;
                 pool.call(input, &ctx).await
             }
             Pool::Component(pool) => {
-                let declared = req
-                    .headers()
-                    .get(http::header::CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse::<u64>().ok());
-                if declared.is_some_and(|n| n > policy.max_bytes) {
+                if crate::request::body::declared_length(&parts.headers)
+                    .is_some_and(|n| n > policy.max_bytes)
+                {
                     return Err(RequestError::PayloadTooLarge);
                 }
-                let (mut parts, body) = req.into_parts();
                 // The guest sees the normalised path, and always an
                 // authority: the Host, else the target's (HTTP/2's
                 // `:authority`), else the server's name (a Host-less
                 // HTTP/1.0 request).
-                remove_connection_listed(&mut parts.headers);
                 if !parts.headers.contains_key(http::header::HOST) {
                     let host = parts
                         .uri

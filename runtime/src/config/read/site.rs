@@ -314,20 +314,15 @@ pub(super) fn read(
         }
         None => ServletLimits::default(),
     };
-    let mut routes = Vec::new();
-    let mut route_positions = Vec::new();
+    let mut routes: Vec<RouteConfig> = Vec::new();
+    let mut route_positions: Vec<RoutePositions> = Vec::new();
     for (index, mut r) in t.tables(diag, "route").into_iter().enumerate() {
         if let Some((route, at, path_span)) = route(&mut r, diag, base, &servlet_limits, index) {
             // Two routes for one path: only one could ever answer.
             // (A route without a valid path is reported already.)
             let valid = route.path != RoutePath::Exact(String::new());
-            if let Some(first) = routes
-                .iter()
-                .filter(|_| valid)
-                .zip(&route_positions)
-                .find(|(other, _): &(&RouteConfig, _)| other.path == route.path)
-                .map(|(_, at): (_, &RoutePositions)| at.index)
-            {
+            let twin = routes.iter().position(|other| other.path == route.path);
+            if let Some(first) = twin.filter(|_| valid).map(|k| route_positions[k].index) {
                 diag.error(
                     path_span,
                     &r.key_path("path"),

@@ -21,66 +21,48 @@ use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
+use crate::clock;
 use crate::request::BodyPolicy;
 
 /// What became of a request body, and how long the guest has waited for
 /// the client to send it.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct BodyVerdict(AtomicU8, Waiting);
 
-impl Default for BodyVerdict {
-    fn default() -> BodyVerdict {
-        BodyVerdict(AtomicU8::new(0), Waiting::new())
-    }
-}
-
-/// Time spent waiting for the client's bytes: the body's own rules
-/// (`body_timeout`, `body_min_rate`) govern it, not the guest's deadline.
-#[derive(Debug)]
+/// Time spent waiting for the client's bytes, on the coarse clock
+/// (`crate::clock`): the body's own rules (`body_timeout`,
+/// `body_min_rate`) govern it, not the guest's deadline.
+#[derive(Debug, Default)]
 struct Waiting {
-    base: Instant,
-    /// Microseconds since `base` when the current wait began, plus one (0:
-    /// not waiting).
-    since_us: AtomicU64,
-    /// Microseconds of the waits that ended.
-    total_us: AtomicU64,
+    /// When the current wait began, plus one (0: not waiting).
+    since_ms: AtomicU64,
+    /// Milliseconds of the waits that ended.
+    total_ms: AtomicU64,
 }
 
 impl Waiting {
-    fn new() -> Waiting {
-        Waiting {
-            base: Instant::now(),
-            since_us: AtomicU64::new(0),
-            total_us: AtomicU64::new(0),
-        }
-    }
-
-    fn now_us(&self) -> u64 {
-        self.base.elapsed().as_micros() as u64 + 1
-    }
-
     fn begin(&self) {
-        if self.since_us.load(Ordering::Relaxed) == 0 {
-            self.since_us.store(self.now_us(), Ordering::Relaxed);
+        if self.since_ms.load(Ordering::Relaxed) == 0 {
+            self.since_ms.store(clock::now_ms() + 1, Ordering::Relaxed);
         }
     }
 
     fn end(&self) {
-        let since = self.since_us.swap(0, Ordering::Relaxed);
+        let since = self.since_ms.swap(0, Ordering::Relaxed);
         if since != 0 {
-            self.total_us
-                .fetch_add(self.now_us().saturating_sub(since), Ordering::Relaxed);
+            self.total_ms.fetch_add(
+                (clock::now_ms() + 1).saturating_sub(since),
+                Ordering::Relaxed,
+            );
         }
     }
 
     fn so_far(&self) -> Duration {
-        let since = self.since_us.load(Ordering::Relaxed);
-        let current = if since == 0 {
-            0
-        } else {
-            self.now_us().saturating_sub(since)
+        let current = match self.since_ms.load(Ordering::Relaxed) {
+            0 => 0,
+            since => (clock::now_ms() + 1).saturating_sub(since),
         };
-        Duration::from_micros(self.total_us.load(Ordering::Relaxed) + current)
+        Duration::from_millis(self.total_ms.load(Ordering::Relaxed) + current)
     }
 }
 

@@ -457,11 +457,7 @@ impl Guest for ComponentGuest {
                     .limits
                     .max_response_bytes_set
                     .then_some(self.info.limits.max_response_bytes);
-                let declared = res
-                    .headers()
-                    .get(http::header::CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse::<u64>().ok());
+                let declared = crate::request::body::declared_length(res.headers());
                 if let (Some(limit), Some(declared)) = (limit, declared)
                     && declared > limit
                 {
