@@ -5,6 +5,8 @@
 
 mod cli;
 
+use cli::{errln, outln};
+
 /// jemalloc, purging freed pages in a background thread (settings in
 /// `.cargo/config.toml`): memory taken by a spike of connections goes back
 /// to the system within seconds, where glibc malloc kept it.
@@ -130,7 +132,10 @@ fn main() -> ExitCode {
         Command::New(a) => return new(a),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(*shell, &mut command, "swan", &mut std::io::stdout());
+            // Into memory first: generate() panics on a failed write.
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut command, "swan", &mut script);
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
             return ExitCode::SUCCESS;
         }
     };
@@ -138,7 +143,7 @@ fn main() -> ExitCode {
     let config = match args.load() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -150,7 +155,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::from(1)
         }
     }
@@ -163,14 +168,14 @@ fn new(args: &NewArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let (Some(name), Some(lang)) = (&args.name, &args.lang) else {
-        eprintln!("error: swan new NAME --lang LANG (swan new --list)");
+        errln!("error: swan new NAME --lang LANG (swan new --list)");
         return ExitCode::from(2);
     };
     let lang =
         match swan::toolchain::Lang::parse(lang, args.kind.as_deref().map(|k| k == "component")) {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return ExitCode::from(2);
             }
         };
@@ -188,7 +193,7 @@ fn new(args: &NewArgs) -> ExitCode {
     };
     match cli::new::create(name, lang, &dir) {
         Ok(dest) => {
-            println!(
+            outln!(
                 "created {} ({} {}; edit {})",
                 dest.display(),
                 lang.name(),
@@ -199,12 +204,12 @@ fn new(args: &NewArgs) -> ExitCode {
                 },
                 dest.join(lang.main_file()).display()
             );
-            println!("run:  swan serve --dev --servlets {}", dir.display());
-            println!(
+            outln!("run:  swan serve --dev --servlets {}", dir.display());
+            outln!(
                 "then: curl 'http://127.0.0.1:8080/{name}?name=Ada'   -> Hello, Ada! GET /{name}"
             );
             if !lang.available() {
-                println!(
+                outln!(
                     "note: its toolchain ({}) is missing; install it with:
   {}",
                     lang.needs(),
@@ -214,7 +219,7 @@ fn new(args: &NewArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::from(1)
         }
     }

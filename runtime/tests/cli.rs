@@ -40,6 +40,41 @@ fn usage_errors_exit_with_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// `swan check | head -1`: the reader goes away before the output ends.
+/// The command still finishes, with its own exit status and no panic.
+#[test]
+fn commands_outlive_a_reader_that_went_away() {
+    let dir = site();
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:9999\"]\n[[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    let refused = "[server]\nlisten = [\"127.0.0.1:9999\"]\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n";
+    std::fs::write(dir.path().join("refused.toml"), refused).expect("config");
+    std::fs::write(dir.path().join("servlets/bad.wasm"), b"not wasm").expect("bad");
+    for (args, code) in [
+        (&["check", "--config", "swan.toml"][..], 0),
+        (&["check", "--config", "refused.toml"][..], 1),
+        (&["completions", "bash"][..], 0),
+    ] {
+        let mut child = swan()
+            .current_dir(dir.path())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run");
+        // Closed before the command has printed anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(!err.contains("panic"), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn check_prints_what_would_be_served() {
     let dir = site();

@@ -5,7 +5,7 @@ use anyhow::Context;
 
 use swan::{App, Config};
 
-use super::human_bytes;
+use super::{errln, human_bytes, outln};
 
 pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
     // Stores that cannot be opened are reported below, not fatal here: an
@@ -19,46 +19,46 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
     let sites = app.sites.load();
     let s = &config.server;
     match &config.file {
-        Some(f) => println!("configuration: {} (valid)", f.display()),
-        None => println!("configuration: built-in defaults (no swan.toml)"),
+        Some(f) => outln!("configuration: {} (valid)", f.display()),
+        None => outln!("configuration: built-in defaults (no swan.toml)"),
     }
-    println!("listeners:");
+    outln!("listeners:");
     for addr in &s.listen {
-        println!("  {addr}");
+        outln!("  {addr}");
     }
-    println!("server:");
-    println!(
+    outln!("server:");
+    outln!(
         "  workers             {} ({} runtime)",
         s.workers,
         s.runtime.as_str()
     );
-    println!("  max_connections     {}", s.max_connections);
-    println!(
+    outln!("  max_connections     {}", s.max_connections);
+    outln!(
         "  max_header_bytes    {}",
         human_bytes(s.max_header_bytes as u64)
     );
-    println!("  max_body_bytes      {}", human_bytes(s.max_body_bytes));
-    println!("  header_read_timeout {:?}", s.header_read_timeout);
-    println!("  keepalive_timeout   {:?}", s.keepalive_timeout);
-    println!("  drain_timeout       {:?}", s.drain_timeout);
-    println!("  max_instances       {}", s.max_instances);
+    outln!("  max_body_bytes      {}", human_bytes(s.max_body_bytes));
+    outln!("  header_read_timeout {:?}", s.header_read_timeout);
+    outln!("  keepalive_timeout   {:?}", s.keepalive_timeout);
+    outln!("  drain_timeout       {:?}", s.drain_timeout);
+    outln!("  max_instances       {}", s.max_instances);
     let mut problems = check_stores(config, &app, &unopened);
     for site in sites.iter() {
         let c = &site.config;
         let stats = site.cache.stats();
-        println!(
+        outln!(
             "site {}{}:",
             c.name,
             if c.default { " (default)" } else { "" }
         );
         if !c.hosts.is_empty() {
-            println!("  hosts         {}", c.hosts.join(", "));
+            outln!("  hosts         {}", c.hosts.join(", "));
         }
-        println!("  root          {}", c.root.display());
+        outln!("  root          {}", c.root.display());
         if let Some(dir) = &c.servlets {
-            println!("  servlets      {}", dir.display());
+            outln!("  servlets      {}", dir.display());
         }
-        println!(
+        outln!(
             "  cache         {} files in memory ({}, {} compressed variants), {} streamed; max file {}, budget {}",
             stats.cached_files,
             human_bytes(stats.cached_bytes),
@@ -68,16 +68,16 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
             human_bytes(c.cache.budget)
         );
         if let Some(cc) = &c.cache_control {
-            println!("  cache_control {cc}");
+            outln!("  cache_control {cc}");
         }
         for route in site.servlets.routes.iter() {
             let swan::servlet::Target::Servlet(servlet) = &route.target else {
-                println!("  servlet {:<16} (build failed)", route.path.to_string());
+                outln!("  servlet {:<16} (build failed)", route.path.to_string());
                 continue;
             };
             let info = servlet.info();
             let l = &info.limits;
-            println!(
+            outln!(
                 "  servlet {:<16} {} ({:?}, {}): memory {}, timeout {:?}, body {}, response {}, concurrency {}, reuse {}",
                 route.path.to_string(),
                 info.file.display(),
@@ -91,7 +91,7 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
                 l.reuse,
             );
             if !l.stores.is_empty() {
-                println!("    stores   {}", l.stores.join(", "));
+                outln!("    stores   {}", l.stores.join(", "));
             }
             if !l.outbound.allowed_hosts.is_empty() {
                 let rules: Vec<String> = l
@@ -100,7 +100,7 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
                     .iter()
                     .map(|r| r.to_string())
                     .collect();
-                println!(
+                outln!(
                     "    outbound {}{}",
                     rules.join(", "),
                     if l.outbound.allow_private {
@@ -113,7 +113,7 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
         }
         for refused in &site.servlets.refused {
             problems += 1;
-            eprintln!("error: servlet refused: {}", refused.error);
+            errln!("error: servlet refused: {}", refused.error);
         }
     }
     if problems > 0 {
@@ -137,10 +137,10 @@ fn check_stores(config: &Config, app: &App, unopened: &[swan::store::OpenError])
         .enable_all()
         .build();
     let mut problems = 0;
-    println!("stores:");
+    outln!("stores:");
     for store in &config.stores {
         let l = &store.limits;
-        println!(
+        outln!(
             "  {:<12} {}; key {}, value {}, {} operations per request, list {} keys",
             store.name,
             store.kind.describe(),
@@ -167,23 +167,23 @@ fn check_stores(config: &Config, app: &App, unopened: &[swan::store::OpenError])
             })
             .collect();
         if users.is_empty() {
-            println!("    opened by    nothing (no route lists it; not opened)");
+            outln!("    opened by    nothing (no route lists it; not opened)");
             continue;
         }
-        println!("    opened by    {}", users.join(", "));
+        outln!("    opened by    {}", users.join(", "));
         match unopened
             .iter()
             .find(|e| e.name == store.name)
             .map(|e| &e.error)
         {
             Some(swan::store::StoreError::InUse(_)) => {
-                println!("    reachable    in use by another process (a running swan?)");
+                outln!("    reachable    in use by another process (a running swan?)");
                 continue;
             }
             Some(e) => {
                 problems += 1;
-                println!("    reachable    NO");
-                eprintln!("error: store {} cannot be opened: {e}", store.name);
+                outln!("    reachable    NO");
+                errln!("error: store {} cannot be opened: {e}", store.name);
                 continue;
             }
             None => {}
@@ -208,11 +208,11 @@ fn check_stores(config: &Config, app: &App, unopened: &[swan::store::OpenError])
             Err(e) => Err(swan::store::StoreError::Other(e.to_string())),
         };
         match answer {
-            Ok(()) => println!("    reachable    yes"),
+            Ok(()) => outln!("    reachable    yes"),
             Err(e) => {
                 problems += 1;
-                println!("    reachable    NO");
-                eprintln!("error: store {} does not answer: {e}", store.name);
+                outln!("    reachable    NO");
+                errln!("error: store {} does not answer: {e}", store.name);
             }
         }
     }

@@ -1,6 +1,9 @@
 //! The `swan` binary's commands (not part of the library): `serve.rs`,
 //! `check.rs` and `new.rs`, with what they share.
 
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 pub(crate) mod check;
 pub(crate) mod new;
 pub(crate) mod serve;
@@ -20,3 +23,40 @@ pub(crate) fn human_bytes(n: u64) -> String {
         format!("{value:.1} {}", UNITS[unit])
     }
 }
+
+/// Set once stdout's reader has gone away.
+static STDOUT_GONE: AtomicBool = AtomicBool::new(false);
+
+/// Writes one line of a command's output to stdout (`err`: stderr).
+///
+/// `println!` panics when the reader has gone away: `swan check | head -1`
+/// ended in a panic message. Here a failed write only ends that stream's
+/// output; the command still runs to its end and exits with its own status.
+pub(crate) fn write_line(err: bool, line: std::fmt::Arguments<'_>) {
+    let result = if err {
+        writeln!(std::io::stderr().lock(), "{line}")
+    } else if STDOUT_GONE.load(Ordering::Relaxed) {
+        return;
+    } else {
+        writeln!(std::io::stdout().lock(), "{line}")
+    };
+    if result.is_err() && !err {
+        STDOUT_GONE.store(true, Ordering::Relaxed);
+    }
+}
+
+/// `println!` that survives a reader going away (see [`write_line`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_line(false, format_args!($($arg)*))
+    };
+}
+
+/// `eprintln!` that survives a closed stderr (see [`write_line`]).
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_line(true, format_args!($($arg)*))
+    };
+}
+
+pub(crate) use {errln, outln};

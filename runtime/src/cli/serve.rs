@@ -12,7 +12,7 @@ use swan::server::handover::{Handover, Inherited, ReadyReport};
 use swan::site::Sites;
 use swan::{App, Config, Overrides};
 
-use super::human_bytes;
+use super::{errln, human_bytes, outln};
 
 pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> {
     let started = Instant::now();
@@ -332,8 +332,8 @@ fn print_banner(config: &Config, sites: &Sites, bound: &[std::net::SocketAddr], 
 /// access log goes to stdout (whose readers expect only log lines).
 fn say(config: &Config, line: &str) {
     if config.log.access == swan::config::AccessLogTarget::Stdout {
-        eprintln!("{line}");
+        errln!("{line}");
     } else {
-        println!("{line}");
+        outln!("{line}");
     }
 }
