@@ -279,7 +279,7 @@ impl App {
             // To within the clock's tick (5 ms), without a clock read.
             time: crate::clock::wall() - elapsed,
             client,
-            method: head.method,
+            method: Some(head.method),
             version: head.version,
             status,
             bytes: 0,

@@ -328,6 +328,136 @@ fn the_access_log_writes_combined_lines_and_reopens_on_sigusr1() {
     stop(s.child);
 }
 
+#[test]
+fn request_heads_refused_before_the_app_are_logged_and_counted() {
+    let dir = with_servlets(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nmax_header_bytes = 131072\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [log]\naccess = \"logs/access.log\"\nformat = \"json\"\n\
+         [[site]]\nname = \"main\"\nroot = \"www\"\n",
+    );
+    std::fs::create_dir(dir.path().join("logs")).expect("logs");
+    let s = start(dir.path(), &[], true);
+    let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
+    let long_uri = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(70_000));
+    let big_header = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(140_000)
+    );
+    // Each refused in its own way, answered by hyper before any site.
+    for (request, status) in [
+        (long_uri.as_bytes(), 414),
+        (big_header.as_bytes(), 431),
+        (&b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n"[..], 400),
+        (&b"GET /\x01 HTTP/1.1\r\nHost: x\r\n\r\n"[..], 400),
+    ] {
+        assert_eq!(status_of(&raw(&public, request)), status);
+    }
+    // Just under the limit, and a plain request: answered, logged as such.
+    let under = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+        "b".repeat(130_000)
+    );
+    assert_eq!(status_of(&raw(&public, under.as_bytes())), 200);
+    assert_eq!(status_of(&get(&public, "/")), 200);
+    let lines = read_lines(&dir.path().join("logs/access.log"), 6);
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    let mut statuses = Vec::new();
+    for line in &lines {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        statuses.push(v["status"].as_u64().unwrap_or(0));
+        assert_eq!(v["remote"], "127.0.0.1", "{line}");
+        if v["status"] != 200 {
+            // Nothing of the refused head is believed, or logged.
+            assert!(v["method"].is_null() && v["path"].is_null(), "{line}");
+            assert_eq!(v["bytes"], 0, "{line}");
+        }
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 400, 400, 414, 431]);
+    let metrics = get(&admin, "/metrics");
+    for (status, n) in [("400", 2.0), ("414", 1.0), ("431", 1.0)] {
+        let label = format!("status=\"{status}\"");
+        assert_eq!(
+            sample(&metrics, "swan_requests_refused_total", &[&label]),
+            Some(n),
+            "{metrics}"
+        );
+    }
+    stop(s.child);
+}
+
+/// With the access log on stdout, stdout carries access lines only (the
+/// banner goes to stderr); a reload that changes `[log]` says a restart is
+/// needed, and the running log keeps its format.
+#[test]
+fn stdout_is_left_to_the_access_log_and_log_changes_ask_for_a_restart() {
+    let config = "[server]\nlisten = [\"127.0.0.1:0\"]\n[log]\naccess = \"stdout\"\n\
+                  [[site]]\nname = \"main\"\nroot = \"www\"\n";
+    let dir = with_servlets(config);
+    let mut child = support::swan()
+        .current_dir(dir.path())
+        .arg("serve")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let (err_tx, err_rx) = std::sync::mpsc::channel::<String>();
+    let stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+            let _ = err_tx.send(line);
+        }
+    });
+    let wait_for = |needle: &str| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match err_rx.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return Some(line),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+        None
+    };
+    let banner = wait_for("http://").expect("the banner on stderr");
+    let public = banner
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .map(|a| a.trim_end_matches('/').to_owned())
+        .expect("address");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    assert_eq!(status_of(&get(&public, "/")), 200);
+    std::io::BufRead::read_line(&mut stdout, &mut first).expect("a line");
+    assert!(
+        first.starts_with("127.0.0.1 - - [") && first.contains("\"GET / HTTP/1.1\" 200 "),
+        "stdout's first line is an access line: {first:?}"
+    );
+    // Changing the format needs a restart: said, and not applied.
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        config.replace(
+            "access = \"stdout\"\n",
+            "access = \"stdout\"\nformat = \"json\"\n",
+        ),
+    )
+    .expect("config");
+    assert!(
+        wait_for("[log] or [admin] settings changed").is_some(),
+        "no restart warning"
+    );
+    assert_eq!(status_of(&get(&public, "/missing")), 404);
+    let mut next = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut next).expect("a line");
+    assert!(
+        next.starts_with("127.0.0.1 - - [") && next.contains("\" 404 "),
+        "still combined: {next:?}"
+    );
+    drop(stdout);
+    stop(child);
+}
+
 /// Four clients pipelining 50 requests each (static and servlet, the last
 /// one closing): 200 answers.
 fn pipelined_burst(public: &str) -> usize {
@@ -545,6 +675,14 @@ fn production_keys_are_checked_at_load() {
         (
             "[server]\ndrain_grace = 5\n[[site]]\nroot = \"www\"\n",
             "expected a duration",
+        ),
+        (
+            "[server]\nlisten = [\"127.0.0.1:9471\"]\n[admin]\nlisten = \"0.0.0.0:9471\"\n[[site]]\nroot = \"www\"\n",
+            "0.0.0.0:9471 overlaps server.listen[0] (127.0.0.1:9471)",
+        ),
+        (
+            "[admin]\nlisten = \"127.0.0.1:8080\"\n[[site]]\nroot = \"www\"\n",
+            "overlaps server.listen[0]",
         ),
     ] {
         std::fs::write(dir.path().join("swan.toml"), toml).expect("config");

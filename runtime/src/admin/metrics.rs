@@ -166,6 +166,19 @@ impl Collector for Snapshot {
             &[(vec![], o.sendfile_responses.get() as f64)],
         )?;
 
+        let refused: Vec<(Labels, f64)> = crate::observe::REFUSED_STATUSES
+            .iter()
+            .zip(&o.heads_refused)
+            .map(|(status, c)| (vec![("status", status.to_string())], c.get() as f64))
+            .collect();
+        family(
+            &mut e,
+            "requests_refused",
+            "Request heads refused before a site saw them (malformed 400, URI too long 414, headers too large 431)",
+            MetricType::Counter,
+            &refused,
+        )?;
+
         // Requests: static files per site, servlet routes per route.
         let mut totals: Vec<(Labels, RouteTotals)> = Vec::new();
         for (site, c) in o.sites() {

@@ -30,8 +30,9 @@ pub struct Entry {
     pub time: SystemTime,
     /// The client (after trusted proxies).
     pub client: SocketAddr,
-    /// Method.
-    pub method: Method,
+    /// Method; `None` for a request head refused before it could be read
+    /// (hyper's own 400, 414 or 431): its line reads `"-"` for the request.
+    pub method: Option<Method>,
     /// Protocol version.
     pub version: Version,
     /// Response status.
@@ -223,12 +224,17 @@ pub(crate) fn combined(out: &mut Vec<u8>, time: &str, e: &Entry) {
     out.extend_from_slice(b" - - [");
     out.extend_from_slice(time.as_bytes());
     out.extend_from_slice(b"] \"");
-    // A method is a token: no quotes, spaces or backslashes.
-    out.extend_from_slice(e.method.as_str().as_bytes());
-    out.push(b' ');
-    escape(out, e.text.target());
-    out.push(b' ');
-    out.extend_from_slice(version(e.version).as_bytes());
+    match &e.method {
+        // A method is a token: no quotes, spaces or backslashes.
+        Some(method) => {
+            out.extend_from_slice(method.as_str().as_bytes());
+            out.push(b' ');
+            escape(out, e.text.target());
+            out.push(b' ');
+            out.extend_from_slice(version(e.version).as_bytes());
+        }
+        None => out.push(b'-'),
+    }
     out.extend_from_slice(b"\" ");
     number(out, e.status);
     out.push(b' ');
@@ -264,9 +270,9 @@ pub(crate) fn json(out: &mut Vec<u8>, time: &str, e: &Entry) {
     out.extend_from_slice(b"\",\"remote\":\"");
     address(out, e.client.ip());
     out.extend_from_slice(b"\",\"method\":");
-    json_text(out, Some(e.method.as_str().as_bytes()));
+    json_text(out, e.method.as_ref().map(|m| m.as_str().as_bytes()));
     out.extend_from_slice(b",\"path\":");
-    json_text(out, Some(e.text.target()));
+    json_text(out, e.method.is_some().then(|| e.text.target()));
     out.extend_from_slice(b",\"protocol\":\"");
     out.extend_from_slice(version(e.version).as_bytes());
     out.extend_from_slice(b"\",\"status\":");
@@ -297,7 +303,7 @@ pub(crate) mod tests {
         Entry {
             time: SystemTime::UNIX_EPOCH + Duration::from_secs(971_186_136),
             client: SocketAddr::from(([203, 0, 113, 7], 5000)),
-            method: Method::GET,
+            method: Some(Method::GET),
             version: Version::HTTP_11,
             status: 200,
             bytes: 512,
@@ -332,7 +338,7 @@ pub(crate) mod tests {
         // Every part present, IPv6, whole seconds, a route with a space.
         let e = Entry {
             client: SocketAddr::from(([0x2001, 0xdb8, 0, 0, 0, 0, 0, 1], 443)),
-            method: Method::POST,
+            method: Some(Method::POST),
             version: Version::HTTP_2,
             status: 503,
             bytes: 0,

@@ -58,6 +58,10 @@ pub struct SiteCounters {
     pub streamed: Counter,
 }
 
+/// The statuses of request heads refused before the app saw them
+/// ([`Observe::heads_refused`]).
+pub const REFUSED_STATUSES: [u16; 3] = [400, 414, 431];
+
 /// The server's own accounting.
 #[derive(Debug)]
 pub struct Observe {
@@ -77,6 +81,9 @@ pub struct Observe {
     pub connections_total: Counter,
     /// Streamed responses sent with `sendfile(2)` (HTTP/1 on plain TCP).
     pub sendfile_responses: Counter,
+    /// Request heads refused before the app saw them, answered by hyper
+    /// itself: 400, 414 and 431, in [`REFUSED_STATUSES`]' order.
+    pub heads_refused: [Counter; 3],
     /// Access log lines dropped because the writer could not keep up.
     pub access_log_dropped: Arc<Counter>,
     /// The access log, when on.
@@ -100,6 +107,7 @@ impl Default for Observe {
             connections_parked: AtomicI64::new(0),
             connections_total: Counter::default(),
             sendfile_responses: Counter::default(),
+            heads_refused: Default::default(),
             access_log_dropped: Arc::default(),
             access_log: None,
             reloads_ok: Counter::default(),

@@ -23,6 +23,8 @@ use super::watchdog::{ConnState, Handling, Limits, Sending, Verdict, WatchedIo, 
 use crate::app::{App, Exchange};
 use crate::body::Body;
 use crate::config::ServerConfig;
+use crate::observe::access_log::{Entry, RequestText};
+use crate::observe::{Observe, REFUSED_STATUSES};
 use crate::request::Peer;
 
 /// Streams one HTTP/2 connection may open at once.
@@ -79,6 +81,10 @@ pub(crate) fn builders(config: &ServerConfig) -> Builders {
         .max_header_list_size(config.max_header_bytes as u32);
     let mut http1 = http1::Builder::new();
     http1_settings!(http1, config);
+    // The buffer's limit alone lets a head through past it by up to a
+    // read (a 140 KB head passed a 128 KiB limit): this one is exact.
+    // hyper-util's automatic builder has no such setting.
+    http1.max_header_size(config.max_header_bytes);
     Builders { auto, http1 }
 }
 
@@ -145,8 +151,58 @@ pub(crate) async fn serve<S>(
     let _open = OpenConnection::new(&app);
     let state = Arc::new(ConnState::new());
     let io = WatchedIo::new(stream, state.clone());
+    let observe = app.observe.clone();
     let service = service(app, state.clone(), peer);
-    drive(io, service, state, peer.addr, &builders, shutdown, limits).await;
+    let ended = drive(io, service, state, peer.addr, &builders, shutdown, limits).await;
+    ended_with(ended, &observe, peer);
+}
+
+/// Reports how a connection's hyper side ended: a request head hyper
+/// refused and answered itself (a malformed head, a URI or headers past
+/// `max_header_bytes`) is counted and logged like any other answer.
+pub(crate) fn ended_with(
+    ended: Result<(), Box<dyn std::error::Error + Send + Sync>>,
+    observe: &Observe,
+    peer: Peer,
+) {
+    let Err(e) = ended else { return };
+    tracing::trace!(remote = %peer.addr, error = %e, "connection ended with an error");
+    let Some(status) = e.downcast_ref::<hyper::Error>().and_then(refused_status) else {
+        return;
+    };
+    if let Some(i) = REFUSED_STATUSES.iter().position(|&s| s == status) {
+        observe.heads_refused[i].add(1);
+    }
+    if let Some(log) = &observe.access_log {
+        log.log(&Entry {
+            time: crate::clock::wall(),
+            client: peer.client,
+            method: None,
+            version: http::Version::HTTP_11,
+            status,
+            bytes: 0,
+            duration: std::time::Duration::ZERO,
+            site: Arc::from("-"),
+            route: None,
+            id: crate::request::RequestId::next(),
+            text: RequestText::default(),
+        });
+    }
+}
+
+/// The status hyper answered a refused request head with (its
+/// `on_error`): `None` when it sent no answer.
+fn refused_status(e: &hyper::Error) -> Option<u16> {
+    if e.is_parse_too_large() {
+        // Both share the kind; only the text tells them apart.
+        return Some(if e.to_string().starts_with("URI too long") {
+            414
+        } else {
+            431
+        });
+    }
+    let internal = e.to_string().starts_with("internal error");
+    (e.is_parse() && !e.is_parse_version_h2() && !e.is_parse_status() && !internal).then_some(400)
 }
 
 /// Runs one hyper connection (either protocol) to its end.
@@ -158,7 +214,8 @@ pub(crate) async fn drive<S, Svc>(
     builders: &Builders,
     mut shutdown: watch::Receiver<bool>,
     limits: Limits,
-) where
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
     S: AsyncRead + AsyncWrite + super::sendfile::Target + Unpin + Send + 'static,
     Svc: hyper::service::Service<
             hyper::Request<hyper::body::Incoming>,
@@ -175,12 +232,7 @@ pub(crate) async fn drive<S, Svc>(
     let mut linger = Linger::default();
     loop {
         tokio::select! {
-            result = conn.as_mut() => {
-                if let Err(e) = result {
-                    tracing::trace!(%remote, error = %e, "connection ended with an error");
-                }
-                return;
-            }
+            result = conn.as_mut() => return result,
             _ = shutdown.changed(), if !closing && !linger.started() => linger.start(&state),
             () = linger.wait(), if !closing => {
                 conn.as_mut().graceful_shutdown();
@@ -196,7 +248,7 @@ pub(crate) async fn drive<S, Svc>(
                 }
                 Verdict::Idle | Verdict::Drop | Verdict::Park => {
                     tracing::debug!(%remote, "connection dropped by timeout");
-                    return;
+                    return Ok(());
                 }
             },
         }

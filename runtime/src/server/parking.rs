@@ -96,10 +96,11 @@ pub(crate) async fn serve(
             if n > 0 && H2_PREFACE.starts_with(&first_bytes[..n]) {
                 // Boxed: inline, hyper's connection would size every
                 // parked connection's task.
-                Box::pin(conn::drive(
+                let ended = Box::pin(conn::drive(
                     io, service, state, peer.addr, &builders, shutdown, limits,
                 ))
                 .await;
+                conn::ended_with(ended, &observe, peer);
                 return;
             }
         }
@@ -156,7 +157,7 @@ pub(crate) async fn serve(
                 service = parts.service;
             }
             Err(e) => {
-                tracing::trace!(remote = %peer.addr, error = %e, "connection ended with an error");
+                conn::ended_with(Err(e.into()), &observe, peer);
                 return;
             }
         }

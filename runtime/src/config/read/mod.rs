@@ -126,7 +126,7 @@ pub(crate) fn document(
         None => ServerConfig::defaults(),
     };
     let admin = root.table(diag, "admin").and_then(|mut t| {
-        let a = ops::admin(&mut t, diag);
+        let a = ops::admin(&mut t, diag, &server.listen);
         t.finish(diag, ops::ADMIN_KEYS);
         a
     });

@@ -214,20 +214,35 @@ pub(super) fn proxy(t: &mut TableReader<'_, '_>, diag: &mut Diagnostics<'_>) -> 
 }
 
 /// `[admin]`.
+///
+/// `server` are the server's listeners: the admin listener cannot share
+/// one's port.
 pub(super) fn admin(
     t: &mut TableReader<'_, '_>,
     diag: &mut Diagnostics<'_>,
+    server: &[ListenerConfig],
 ) -> Option<AdminConfig> {
-    let listen = match t.string(diag, "listen") {
+    let (listen, span) = match t.string(diag, "listen") {
         Some(v) => match parse_listen(v.get_ref()) {
-            Ok(addr) => addr,
+            Ok(addr) => (addr, v.span()),
             Err((message, hint)) => {
                 diag.error(v.span(), &t.key_path("listen"), message, Some(hint));
                 return None;
             }
         },
-        None => DEFAULT_ADMIN_LISTEN.parse().ok()?,
+        None => (DEFAULT_ADMIN_LISTEN.parse().ok()?, t.span()),
     };
+    if let Some(k) = server.iter().position(|l| overlap(l.addr, listen)) {
+        diag.error(
+            span,
+            &t.key_path("listen"),
+            format!("{listen} overlaps server.listen[{k}] ({})", server[k].addr),
+            Some(
+                "the admin listener needs a port of its own, such as \"127.0.0.1:9090\"".to_owned(),
+            ),
+        );
+        return None;
+    }
     Some(AdminConfig { listen })
 }
 
