@@ -175,7 +175,8 @@ impl App {
         let Some(observe) = Arc::get_mut(&mut self.observe) else {
             return Ok(());
         };
-        observe.access_log = AccessLog::start(log, observe.access_log_dropped.clone())?;
+        observe.access_log =
+            AccessLog::start(log, self.server.workers, observe.access_log_dropped.clone())?;
         Ok(())
     }
 

@@ -214,9 +214,20 @@ fn sigterm_fails_readiness_first_keeps_accepting_for_the_grace_then_drains() {
         "[server]\nlisten = [\"127.0.0.1:0\"]\ndrain_grace = \"1500ms\"\ndrain_timeout = \"5s\"\n\
          [admin]\nlisten = \"127.0.0.1:0\"\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
     );
+    // A download the client does not read keeps the process draining
+    // after the grace.
+    std::fs::write(dir.path().join("www/big.bin"), vec![7u8; 48 << 20]).expect("big");
     let mut s = start(dir.path(), &[], true);
     let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
     assert!(ready_within(&admin, Duration::from_secs(10)), "never ready");
+    let mut download = TcpStream::connect(&public).expect("connect");
+    download
+        .write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    let mut first = [0u8; 12];
+    download
+        .read_exact(&mut first)
+        .expect("the download starts");
     term(&s.child);
     let signalled = Instant::now();
     // Within the grace: not ready, yet new connections are served.
@@ -253,6 +264,12 @@ fn sigterm_fails_readiness_first_keeps_accepting_for_the_grace_then_drains() {
         signalled.elapsed() >= Duration::from_millis(1400),
         "stopped accepting before the grace ended"
     );
+    // Refused while still draining, not only once the process is gone.
+    assert!(
+        s.child.try_wait().expect("wait").is_none(),
+        "refused only at exit"
+    );
+    drop(download);
     let status = s.child.wait().expect("exit");
     assert_eq!(status.code(), Some(0));
 }
@@ -331,7 +348,7 @@ fn the_access_log_writes_combined_lines_and_reopens_on_sigusr1() {
 #[test]
 fn request_heads_refused_before_the_app_are_logged_and_counted() {
     let dir = with_servlets(
-        "[server]\nlisten = [\"127.0.0.1:0\"]\nmax_header_bytes = 131072\n\
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nmax_header_bytes = 131072\nheader_read_timeout = \"1s\"\n\
          [admin]\nlisten = \"127.0.0.1:0\"\n\
          [log]\naccess = \"logs/access.log\"\nformat = \"json\"\n\
          [[site]]\nname = \"main\"\nroot = \"www\"\n",
@@ -353,6 +370,11 @@ fn request_heads_refused_before_the_app_are_logged_and_counted() {
     ] {
         assert_eq!(status_of(&raw(&public, request)), status);
     }
+    // A head cut off by header_read_timeout: closed without an answer,
+    // logged and counted as a 408.
+    let cut = Instant::now();
+    assert_eq!(raw(&public, b"GET /slow HTTP/1.1\r\nHost: x\r\n"), "");
+    assert!(cut.elapsed() < Duration::from_secs(5));
     // Just under the limit, and a plain request: answered, logged as such.
     let under = format!(
         "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
@@ -360,8 +382,8 @@ fn request_heads_refused_before_the_app_are_logged_and_counted() {
     );
     assert_eq!(status_of(&raw(&public, under.as_bytes())), 200);
     assert_eq!(status_of(&get(&public, "/")), 200);
-    let lines = read_lines(&dir.path().join("logs/access.log"), 6);
-    assert_eq!(lines.len(), 6, "{lines:?}");
+    let lines = read_lines(&dir.path().join("logs/access.log"), 7);
+    assert_eq!(lines.len(), 7, "{lines:?}");
     let mut statuses = Vec::new();
     for line in &lines {
         let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
@@ -374,9 +396,9 @@ fn request_heads_refused_before_the_app_are_logged_and_counted() {
         }
     }
     statuses.sort_unstable();
-    assert_eq!(statuses, [200, 200, 400, 400, 414, 431]);
+    assert_eq!(statuses, [200, 200, 400, 400, 408, 414, 431]);
     let metrics = get(&admin, "/metrics");
-    for (status, n) in [("400", 2.0), ("414", 1.0), ("431", 1.0)] {
+    for (status, n) in [("400", 2.0), ("408", 1.0), ("414", 1.0), ("431", 1.0)] {
         let label = format!("status=\"{status}\"");
         assert_eq!(
             sample(&metrics, "swan_requests_refused_total", &[&label]),
@@ -456,6 +478,80 @@ fn stdout_is_left_to_the_access_log_and_log_changes_ask_for_a_restart() {
     );
     drop(stdout);
     stop(child);
+}
+
+/// The access log on a stdout nobody reads: requests are still served,
+/// and a stop still ends the process, within its drain and the log's
+/// wait, with the lines it could not write counted.
+#[test]
+fn a_stdout_log_nobody_reads_does_not_hold_the_stop() {
+    let dir = with_servlets(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\ndrain_timeout = \"2s\"\n\
+         [log]\naccess = \"stdout\"\n[[site]]\nroot = \"www\"\n",
+    );
+    let mut child = support::swan()
+        .current_dir(dir.path())
+        .arg("serve")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // The banner is on stderr; stdout is held open and never read.
+    let _stdout = child.stdout.take().expect("stdout");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    let public = loop {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut stderr, &mut line).expect("stderr") > 0,
+            "no banner"
+        );
+        if let Some(a) = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("http://"))
+        {
+            break a.trim_end_matches('/').to_owned();
+        }
+    };
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    // Far more lines than a pipe holds (64 KiB), on keep-alive connections.
+    let long = "x".repeat(2000);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                let mut stream = TcpStream::connect(&public).expect("connect");
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(10)))
+                    .expect("timeout");
+                let request = format!("GET /?{long} HTTP/1.1\r\nHost: x\r\n\r\n");
+                let mut reply = [0u8; 4096];
+                for _ in 0..150 {
+                    stream.write_all(request.as_bytes()).expect("write");
+                    let n = stream.read(&mut reply).expect("read");
+                    assert!(reply[..n].starts_with(b"HTTP/1.1 200"), "served");
+                }
+            });
+        }
+    });
+    let stopping = Instant::now();
+    term(&child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status.code();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running 20 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(0));
+    assert!(
+        stopping.elapsed() < Duration::from_secs(12),
+        "{:?}",
+        stopping.elapsed()
+    );
 }
 
 /// Four clients pipelining 50 requests each (static and servlet, the last
@@ -579,9 +675,10 @@ fn json_access_lines_name_the_client_behind_a_trusted_proxy() {
 fn proxy_protocol_listeners_take_the_client_from_the_header() {
     let dir = with_servlets(
         "[server]\nlisten = [{ addr = \"127.0.0.1:0\", proxy_protocol = true }]\n\
-         [server.proxy]\ntrusted = [\"127.0.0.0/8\"]\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
+         [server.proxy]\ntrusted = [\"127.0.0.0/8\"]\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
     );
-    let s = start(dir.path(), &[], false);
+    let s = start(dir.path(), &[], true);
     let public = s.urls[0].clone();
     let get_who = b"GET /who HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     // v1.
@@ -622,6 +719,33 @@ fn proxy_protocol_listeners_take_the_client_from_the_header() {
     let mut request = b"PROXY UNKNOWN\r\n".to_vec();
     request.extend_from_slice(get_who);
     assert!(body(&raw(&public, &request)).starts_with("127.0.0.1"));
+    // The two refused are counted; a connection still sending its header
+    // is open.
+    let mut waiting = TcpStream::connect(&public).expect("connect");
+    waiting.write_all(b"PROXY TCP4 ").expect("write");
+    let admin = s.admin.clone().expect("admin");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let metrics = loop {
+        let m = get(&admin, "/metrics");
+        if sample(&m, "swan_connections_open", &[]) >= Some(1.0) || Instant::now() > deadline {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        sample(
+            &metrics,
+            "swan_connections_failed_total",
+            &["stage=\"proxy\""]
+        ),
+        Some(2.0),
+        "{metrics}"
+    );
+    assert!(
+        sample(&metrics, "swan_connections_open", &[]) >= Some(1.0),
+        "{metrics}"
+    );
+    drop(waiting);
     stop(s.child);
 }
 
@@ -683,6 +807,23 @@ fn production_keys_are_checked_at_load() {
         (
             "[admin]\nlisten = \"127.0.0.1:8080\"\n[[site]]\nroot = \"www\"\n",
             "overlaps server.listen[0]",
+        ),
+        // An access log that serve could not open.
+        (
+            "[log]\naccess = \"no-such-folder/access.log\"\n[[site]]\nroot = \"www\"\n",
+            "does not exist",
+        ),
+        (
+            "[log]\naccess = \"servlets\"\n[[site]]\nroot = \"www\"\n",
+            "is a folder",
+        ),
+        (
+            "[log]\nbuffer = -1\n[[site]]\nroot = \"www\"\n",
+            "from 1 to 16777216",
+        ),
+        (
+            "[[site]]\nname = \"x\"\nroot = \"www\"\ndefault = true\n[[site]]\nname = \"x\"\nhosts = [\"b.test\"]\nroot = \"www\"\n",
+            "two sites are named \"x\"",
         ),
     ] {
         std::fs::write(dir.path().join("swan.toml"), toml).expect("config");

@@ -160,6 +160,19 @@ impl Collector for Snapshot {
         )?;
         family(
             &mut e,
+            "connections_failed",
+            "Connections closed before their first request: a TLS handshake that failed or timed out, a PROXY protocol header missing, malformed or from an untrusted peer",
+            MetricType::Counter,
+            &[
+                (vec![("stage", "tls".to_owned())], o.tls_failed.get() as f64),
+                (
+                    vec![("stage", "proxy".to_owned())],
+                    o.proxy_refused.get() as f64,
+                ),
+            ],
+        )?;
+        family(
+            &mut e,
             "static_sendfile",
             "Streamed responses sent with sendfile(2), from the page cache to the socket",
             MetricType::Counter,
@@ -174,7 +187,7 @@ impl Collector for Snapshot {
         family(
             &mut e,
             "requests_refused",
-            "Request heads refused before a site saw them (malformed 400, URI too long 414, headers too large 431)",
+            "Request heads refused before a site saw them (malformed 400, cut off by header_read_timeout 408, URI too long 414, headers too large 431)",
             MetricType::Counter,
             &refused,
         )?;

@@ -243,10 +243,14 @@ impl<'a, 'i> TableReader<'a, 'i> {
     }
 
     /// A non-negative integer no larger than `max`.
+    /// A whole number up to `max`. `least` is the smallest the key takes:
+    /// the hint for a value out of range names it, and a value below it
+    /// (but not negative) is returned for the caller to explain.
     pub(crate) fn uint(
         &mut self,
         diag: &mut Diagnostics<'_>,
         key: &str,
+        least: u64,
         max: u64,
     ) -> Option<Spanned<u64>> {
         let value = self.take(key)?;
@@ -259,7 +263,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
                         value.span(),
                         &path,
                         format!("{} is out of range", i.as_str()),
-                        Some(format!("use a whole number from 0 to {max}")),
+                        Some(format!("use a whole number from {least} to {max}")),
                     );
                     None
                 }

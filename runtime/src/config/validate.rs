@@ -77,6 +77,8 @@ pub(crate) struct RoutePositions {
 pub(crate) enum At {
     /// The `default` flag of site `n` (or the site as a whole).
     SiteDefault(usize),
+    /// The name of site `n` (at its table).
+    SiteName(usize),
     /// The host names of site `n`.
     SiteHosts(usize),
     /// The root folder of site `n`.
@@ -146,6 +148,14 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
     }
     let mut seen: Vec<(&str, &str)> = Vec::new();
     for (i, site) in config.sites.iter().enumerate() {
+        // Metrics, the status page and reloads know a site by its name.
+        if config.sites[..i].iter().any(|s| s.name == site.name) {
+            finding(
+                At::SiteName(i),
+                format!("two sites are named {:?}", site.name),
+                "give every [[site]] its own `name` (unnamed, a site is named after its first host, else \"default\")",
+            );
+        }
         for host in &site.hosts {
             if let Some((_, other)) = seen.iter().find(|(h, _)| h == host) {
                 finding(
@@ -269,6 +279,13 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
         }
     }
     if let AccessLogTarget::File(log) = &config.log.access {
+        if let Some(problem) = access_log_unopenable(log) {
+            finding(
+                At::AccessLog,
+                format!("the access log {} {problem}", log.display()),
+                "point `access` at a file swan can append to (its folder must exist), or \"stdout\"",
+            );
+        }
         access_log_outside_sites(config, log, &mut finding);
     }
     if let Some(tls) = &config.server.tls {
@@ -288,6 +305,33 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
         }
     }
     found
+}
+
+/// Why the access log file could not be opened, found without creating
+/// it: its folder is missing, it is a folder, or an existing file cannot
+/// be appended to. Other kinds of file (`/dev/null`, a FIFO) are taken as
+/// they are: opening a FIFO here would wait for its reader.
+fn access_log_unopenable(log: &Path) -> Option<String> {
+    match std::fs::metadata(log) {
+        Ok(m) if m.is_dir() => Some("is a folder".to_owned()),
+        // As the server opens it (the file exists: nothing is created).
+        Ok(m) if m.is_file() => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .err()
+            .map(|e| format!("cannot be written: {e}")),
+        Ok(_) => None,
+        Err(_) => {
+            let folder = log.parent().filter(|p| !p.as_os_str().is_empty())?;
+            (!folder.is_dir()).then(|| {
+                format!(
+                    "cannot be created: its folder {} does not exist",
+                    folder.display()
+                )
+            })
+        }
+    }
 }
 
 /// An access log inside a site's root would be served to anyone, and each
@@ -345,6 +389,7 @@ pub(crate) fn locate(
         .map(|f| {
             let site = match f.at {
                 At::SiteDefault(i)
+                | At::SiteName(i)
                 | At::SiteHosts(i)
                 | At::SiteRoot(i)
                 | At::SiteServlets(i)
@@ -356,6 +401,10 @@ pub(crate) fn locate(
             let (key, origin) = match f.at {
                 At::SiteDefault(i) => (
                     format!("site[{}].default", index(i)),
+                    site.map(|s| Origin::File(s.table.clone())),
+                ),
+                At::SiteName(i) => (
+                    format!("site[{}].name", index(i)),
                     site.map(|s| Origin::File(s.table.clone())),
                 ),
                 At::SiteHosts(i) => (

@@ -35,6 +35,9 @@ use crate::config::{AccessLogFormat, AccessLogTarget, LogConfig};
 /// first and wakes it).
 const BATCH_EVERY: Duration = Duration::from_millis(20);
 
+/// How long stopping waits for the last lines to be written.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
 /// A shard's buffer keeps at most this much room after a burst.
 const KEEP_CAPACITY: usize = 256 << 10;
 
@@ -67,8 +70,11 @@ pub struct OpenError {
 
 impl AccessLog {
     /// Starts the writer for `config`; `None` when the log is off.
+    /// `threads` is how many threads log (the server's workers): together
+    /// they hold `buffer` lines.
     pub fn start(
         config: &LogConfig,
+        threads: usize,
         dropped: Arc<Counter>,
     ) -> Result<Option<AccessLog>, OpenError> {
         let out = match &config.access {
@@ -79,8 +85,10 @@ impl AccessLog {
                 path: path.clone(),
             },
         };
-        let shared = Arc::new(Shared::new(config.format, config.buffer, dropped));
+        let shared = Arc::new(Shared::new(config.format, config.buffer, threads, dropped));
+        let (ended, writer_ended) = std::sync::mpsc::channel::<()>();
         let writer = Writer {
+            _ended: ended,
             out,
             spares: (0..shared.shards.len()).map(|_| Lines::default()).collect(),
             merged: Vec::new(),
@@ -97,7 +105,7 @@ impl AccessLog {
                 source,
             })?;
         let _ = shared.writer.set(handle.thread().clone());
-        *lock(&shared.handle) = Some(handle);
+        *lock(&shared.handle) = Some((handle, writer_ended));
         Ok(Some(AccessLog { shared }))
     }
 
@@ -123,13 +131,36 @@ impl AccessLog {
     /// Writes every waiting line and stops the writer; lines logged after
     /// this are dropped and counted. Called once the server has stopped
     /// serving, so nothing answered goes unlogged.
+    ///
+    /// Waits at most [`CLOSE_WAIT`]: a writer stuck on a reader that
+    /// stopped reading (a pipe nobody drains) or a hung disk must not keep
+    /// the process from exiting. Its lines are then lost, and counted.
     pub fn close(&self) {
         self.shared.closing.store(true, Ordering::Release);
-        let handle = lock(&self.shared.handle).take();
-        if let Some(handle) = handle {
-            handle.thread().unpark();
-            if handle.join().is_err() {
-                tracing::error!("the access log writer panicked");
+        let Some((handle, ended)) = lock(&self.shared.handle).take() else {
+            return;
+        };
+        handle.thread().unpark();
+        match ended.recv_timeout(CLOSE_WAIT) {
+            // The writer drops its end when it returns (or panics).
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) | Ok(()) => {
+                if handle.join().is_err() {
+                    tracing::error!("the access log writer panicked");
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let waiting: usize = self
+                    .shared
+                    .shards
+                    .iter()
+                    .map(|s| lock(s).lines.ends.len())
+                    .sum();
+                self.shared.dropped.add(waiting as u64);
+                tracing::error!(
+                    waiting,
+                    "the access log could not be written within {} s (a reader that stopped reading, or a hung disk): stopping without it",
+                    CLOSE_WAIT.as_secs()
+                );
             }
         }
     }
@@ -156,8 +187,9 @@ fn open(path: &PathBuf) -> Result<File, OpenError> {
 struct Shared {
     format: AccessLogFormat,
     shards: Box<[CachePadded<Mutex<Shard>>]>,
-    /// Lines one shard holds before dropping: all shards together hold at
-    /// most `buffer`.
+    /// Lines one shard holds before dropping: the shards of the threads
+    /// that log hold `buffer` together (each thread has a shard of its own
+    /// up to 16 threads).
     per_shard: usize,
     dropped: Arc<Counter>,
     reopen: AtomicBool,
@@ -165,7 +197,8 @@ struct Shared {
     /// Numbers the lines in the order they were logged, across shards.
     sequence: CachePadded<AtomicU64>,
     writer: OnceLock<Thread>,
-    handle: Mutex<Option<JoinHandle<()>>>,
+    /// The writer thread, and what tells that it has returned.
+    handle: Mutex<Option<(JoinHandle<()>, std::sync::mpsc::Receiver<()>)>>,
 }
 
 /// One worker's waiting lines.
@@ -184,14 +217,23 @@ struct Lines {
 }
 
 impl Shared {
-    fn new(format: AccessLogFormat, buffer: usize, dropped: Arc<Counter>) -> Shared {
+    fn new(
+        format: AccessLogFormat,
+        buffer: usize,
+        threads: usize,
+        dropped: Arc<Counter>,
+    ) -> Shared {
         let shards = SHARDS.min(buffer).max(1);
+        // Sized by the threads that log, not by the shards: two workers
+        // use two shards, and a sixteenth each would hold an eighth of
+        // `buffer`.
+        let logging = threads.clamp(1, shards);
         Shared {
             format,
             shards: (0..shards)
                 .map(|_| CachePadded::new(Mutex::default()))
                 .collect(),
-            per_shard: (buffer / shards).max(1),
+            per_shard: (buffer / logging).max(1),
             dropped,
             reopen: AtomicBool::new(false),
             closing: AtomicBool::new(false),
@@ -240,6 +282,8 @@ enum Output {
 }
 
 struct Writer {
+    /// Dropped when the writer returns, which [`AccessLog::close`] sees.
+    _ended: std::sync::mpsc::Sender<()>,
     out: Output,
     shared: Arc<Shared>,
     /// One empty buffer per shard, swapped for the shard's lines.
@@ -371,7 +415,7 @@ mod tests {
     fn past_the_buffer_lines_are_dropped_and_counted_until_the_writer_takes_them() {
         let dropped = Arc::new(Counter::default());
         // Four lines of room: one shard per line at most, one line each.
-        let shared = Shared::new(AccessLogFormat::Combined, 4, dropped.clone());
+        let shared = Shared::new(AccessLogFormat::Combined, 4, SHARDS, dropped.clone());
         assert_eq!((shared.shards.len(), shared.per_shard), (4, 1));
         let e = entry();
         assert!(shared.log(&e), "the shard is full: wake the writer");
@@ -386,9 +430,12 @@ mod tests {
         // Room again once the writer took the lines.
         assert!(shared.log(&e));
         assert_eq!(dropped.get(), 1);
-        // The default: 16 shards of 1,024 lines.
-        let shared = Shared::new(AccessLogFormat::Json, 16_384, dropped);
+        // The default buffer: 16 workers, 16 shards of 1,024 lines; two
+        // workers use two shards, of half the buffer each.
+        let shared = Shared::new(AccessLogFormat::Json, 16_384, 16, dropped.clone());
         assert_eq!((shared.shards.len(), shared.per_shard), (16, 1024));
+        let shared = Shared::new(AccessLogFormat::Json, 16_384, 2, dropped);
+        assert_eq!((shared.shards.len(), shared.per_shard), (16, 8192));
     }
 
     /// Lines that cannot be written (here: a full disk) are counted as
@@ -401,7 +448,7 @@ mod tests {
             buffer: 1 << 10,
         };
         let dropped = Arc::new(Counter::default());
-        let log = AccessLog::start(&config, dropped.clone())
+        let log = AccessLog::start(&config, SHARDS, dropped.clone())
             .expect("opens")
             .expect("on");
         for _ in 0..50 {
@@ -421,7 +468,7 @@ mod tests {
             buffer: 1 << 20,
         };
         let dropped = Arc::new(Counter::default());
-        let log = AccessLog::start(&config, dropped.clone())
+        let log = AccessLog::start(&config, SHARDS, dropped.clone())
             .expect("opens")
             .expect("on");
         // Six threads on six shards log one line each, one after the other,

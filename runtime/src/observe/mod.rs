@@ -60,7 +60,7 @@ pub struct SiteCounters {
 
 /// The statuses of request heads refused before the app saw them
 /// ([`Observe::heads_refused`]).
-pub const REFUSED_STATUSES: [u16; 3] = [400, 414, 431];
+pub const REFUSED_STATUSES: [u16; 4] = [400, 408, 414, 431];
 
 /// The server's own accounting.
 #[derive(Debug)]
@@ -79,11 +79,17 @@ pub struct Observe {
     pub connections_parked: AtomicI64,
     /// Connections accepted.
     pub connections_total: Counter,
+    /// TLS handshakes that failed or timed out.
+    pub tls_failed: Counter,
+    /// Connections closed for a missing, malformed or untrusted PROXY
+    /// protocol header.
+    pub proxy_refused: Counter,
     /// Streamed responses sent with `sendfile(2)` (HTTP/1 on plain TCP).
     pub sendfile_responses: Counter,
-    /// Request heads refused before the app saw them, answered by hyper
-    /// itself: 400, 414 and 431, in [`REFUSED_STATUSES`]' order.
-    pub heads_refused: [Counter; 3],
+    /// Request heads refused before the app saw them: 400, 414 and 431
+    /// (answered by hyper itself) and 408 (cut off by
+    /// `header_read_timeout`), in [`REFUSED_STATUSES`]' order.
+    pub heads_refused: [Counter; 4],
     /// Access log lines dropped because the writer could not keep up.
     pub access_log_dropped: Arc<Counter>,
     /// The access log, when on.
@@ -106,6 +112,8 @@ impl Default for Observe {
             connections_open: AtomicI64::new(0),
             connections_parked: AtomicI64::new(0),
             connections_total: Counter::default(),
+            tls_failed: Counter::default(),
+            proxy_refused: Counter::default(),
             sendfile_responses: Counter::default(),
             heads_refused: Default::default(),
             access_log_dropped: Arc::default(),

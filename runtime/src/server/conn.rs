@@ -144,32 +144,59 @@ pub(crate) async fn serve<S>(
     builders: Arc<Builders>,
     shutdown: watch::Receiver<bool>,
     limits: Limits,
-    _permit: OwnedSemaphorePermit,
+    _slot: Slot,
 ) where
     S: AsyncRead + AsyncWrite + super::sendfile::Target + Unpin + Send + 'static,
 {
-    let _open = OpenConnection::new(&app);
     let state = Arc::new(ConnState::new());
     let io = WatchedIo::new(stream, state.clone());
     let observe = app.observe.clone();
     let service = service(app, state.clone(), peer);
-    let ended = drive(io, service, state, peer.addr, &builders, shutdown, limits).await;
-    ended_with(ended, &observe, peer);
+    let ended = drive(
+        io,
+        service,
+        state.clone(),
+        peer.addr,
+        &builders,
+        shutdown,
+        limits,
+    )
+    .await;
+    ended_with(ended, &state, &observe, peer);
 }
 
-/// Reports how a connection's hyper side ended: a request head hyper
-/// refused and answered itself (a malformed head, a URI or headers past
-/// `max_header_bytes`) is counted and logged like any other answer.
+/// The watchdog dropped a connection (a timeout).
+#[derive(Debug, thiserror::Error)]
+#[error("dropped by timeout")]
+pub(crate) struct Dropped;
+
+/// Reports how a connection's hyper side ended. A request head refused
+/// before any site saw it is counted and logged like any other answer:
+/// one hyper answered itself (a malformed head, a URI or headers past
+/// `max_header_bytes`), or one cut off by `header_read_timeout`, logged
+/// as a 408 (NGINX's record of it; no answer is sent, as hyper owns the
+/// stream until it is dropped).
 pub(crate) fn ended_with(
     ended: Result<(), Box<dyn std::error::Error + Send + Sync>>,
+    state: &ConnState,
     observe: &Observe,
     peer: Peer,
 ) {
     let Err(e) = ended else { return };
     tracing::trace!(remote = %peer.addr, error = %e, "connection ended with an error");
-    let Some(status) = e.downcast_ref::<hyper::Error>().and_then(refused_status) else {
-        return;
+    let status = if e.is::<Dropped>() {
+        state.head_pending().then_some(408)
+    } else {
+        e.downcast_ref::<hyper::Error>().and_then(refused_status)
     };
+    if let Some(status) = status {
+        refused(observe, peer, status);
+    }
+}
+
+/// Counts and logs a request head refused with `status` before any site
+/// saw it.
+fn refused(observe: &Observe, peer: Peer, status: u16) {
     if let Some(i) = REFUSED_STATUSES.iter().position(|&s| s == status) {
         observe.heads_refused[i].add(1);
     }
@@ -248,7 +275,7 @@ where
                 }
                 Verdict::Idle | Verdict::Drop | Verdict::Park => {
                     tracing::debug!(%remote, "connection dropped by timeout");
-                    return Ok(());
+                    return Err(Box::new(Dropped));
                 }
             },
         }
@@ -281,11 +308,28 @@ impl Linger {
     }
 }
 
+/// An accepted connection's place, from its accept to its close (PROXY
+/// header and TLS handshake included): its share of `max_connections`,
+/// and its count in `swan_connections_open`.
+pub(crate) struct Slot {
+    _permit: OwnedSemaphorePermit,
+    _open: OpenConnection,
+}
+
+impl Slot {
+    pub(crate) fn new(permit: OwnedSemaphorePermit, app: &App) -> Slot {
+        Slot {
+            _permit: permit,
+            _open: OpenConnection::new(app),
+        }
+    }
+}
+
 /// Counts a connection open for as long as it lives.
-pub(crate) struct OpenConnection(Arc<crate::observe::Observe>);
+struct OpenConnection(Arc<crate::observe::Observe>);
 
 impl OpenConnection {
-    pub(crate) fn new(app: &App) -> OpenConnection {
+    fn new(app: &App) -> OpenConnection {
         let o = app.observe.clone();
         o.connections_total.add(1);
         o.connections_open

@@ -23,7 +23,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio::sync::{Semaphore, oneshot, watch};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::task::TaskTracker;
 
@@ -103,6 +103,11 @@ pub async fn serve(
                 let work = worker(app.clone(), sockets, rx.clone(), connections.clone());
                 done.push(run_on_thread(format!("swan-worker-{w}"), runtime, work)?);
             }
+            // Every worker has its own descriptors of the sockets it
+            // accepts on. Kept here, these would hold the sockets listening
+            // after the workers stop accepting: the kernel would go on
+            // queueing connections that nobody answers until exit.
+            drop(listeners);
         }
         RuntimeModel::Shared => {
             let sockets: Vec<(TcpListener, Kind)> = listeners
@@ -277,11 +282,12 @@ async fn accept_loop(
             },
         };
         let _ = stream.set_nodelay(true);
+        let slot = conn::Slot::new(permit, &app);
         let (app, builder, shutdown) = (app.clone(), builder.clone(), shutdown.clone());
         if kind.tls.is_none() && !kind.proxy_protocol {
             let peer = Peer::direct(remote, false);
             tracker.spawn(parking::serve(
-                stream, peer, app, builder, shutdown, limits, permit,
+                stream, peer, app, builder, shutdown, limits, slot,
             ));
         } else {
             tracker.spawn(handshake(
@@ -292,14 +298,14 @@ async fn accept_loop(
                 builder,
                 shutdown,
                 limits,
-                permit,
+                slot,
             ));
         }
     }
 }
 
 /// A connection that starts with a PROXY header, a TLS handshake, or
-/// both, within the header read timeout; then served like any other.
+/// both, all within one header read timeout; then served like any other.
 #[expect(clippy::too_many_arguments, reason = "one connection's parts")]
 async fn handshake(
     mut stream: tokio::net::TcpStream,
@@ -309,27 +315,35 @@ async fn handshake(
     builder: Arc<conn::Builders>,
     shutdown: watch::Receiver<bool>,
     limits: Limits,
-    permit: OwnedSemaphorePermit,
+    slot: conn::Slot,
 ) {
-    let deadline = app.server.header_read_timeout;
+    let deadline = tokio::time::Instant::now() + app.server.header_read_timeout;
     let mut peer = Peer::direct(remote, kind.tls.is_some());
     if kind.proxy_protocol {
-        match proxy_protocol::read_header(&mut stream, remote, &app.server.proxy, deadline).await {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match proxy_protocol::read_header(&mut stream, remote, &app.server.proxy, left).await {
             Ok(client) => peer.client = client,
             Err(e) => {
+                app.observe.proxy_refused.add(1);
                 tracing::debug!(%remote, error = %e, "connection refused");
                 return;
             }
         }
     }
     match kind.tls {
-        None => parking::serve(stream, peer, app, builder, shutdown, limits, permit).await,
-        Some(acceptor) => match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
+        None => parking::serve(stream, peer, app, builder, shutdown, limits, slot).await,
+        Some(acceptor) => match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
             Ok(Ok(tls)) => {
-                conn::serve(tls, peer, app, builder, shutdown, limits, permit).await;
+                conn::serve(tls, peer, app, builder, shutdown, limits, slot).await;
             }
-            Ok(Err(e)) => tracing::debug!(%remote, error = %e, "TLS handshake failed"),
-            Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
+            Ok(Err(e)) => {
+                app.observe.tls_failed.add(1);
+                tracing::debug!(%remote, error = %e, "TLS handshake failed");
+            }
+            Err(_) => {
+                app.observe.tls_failed.add(1);
+                tracing::debug!(%remote, "TLS handshake timed out");
+            }
         },
     }
 }

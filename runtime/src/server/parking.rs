@@ -24,9 +24,9 @@ use std::sync::atomic::Ordering;
 use hyper_util::rt::TokioIo;
 use tokio::io::ReadBuf;
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::sync::watch;
 
-use super::conn::{self, Builders, Linger, OpenConnection};
+use super::conn::{self, Builders, Linger, Slot};
 use super::watchdog::{self, ConnState, Limits, Verdict, WatchedIo};
 use crate::app::App;
 use crate::observe::Observe;
@@ -53,9 +53,8 @@ pub(crate) async fn serve(
     builders: Arc<Builders>,
     mut shutdown: watch::Receiver<bool>,
     limits: Limits,
-    _permit: OwnedSemaphorePermit,
+    _slot: Slot,
 ) {
-    let _open = OpenConnection::new(&app);
     let observe = app.observe.clone();
     let state = Arc::new(ConnState::new());
     state.sendfile.enable();
@@ -97,10 +96,16 @@ pub(crate) async fn serve(
                 // Boxed: inline, hyper's connection would size every
                 // parked connection's task.
                 let ended = Box::pin(conn::drive(
-                    io, service, state, peer.addr, &builders, shutdown, limits,
+                    io,
+                    service,
+                    state.clone(),
+                    peer.addr,
+                    &builders,
+                    shutdown,
+                    limits,
                 ))
                 .await;
-                conn::ended_with(ended, &observe, peer);
+                conn::ended_with(ended, &state, &observe, peer);
                 return;
             }
         }
@@ -134,6 +139,7 @@ pub(crate) async fn serve(
                     }
                     Verdict::Idle | Verdict::Drop | Verdict::Park => {
                         tracing::debug!(remote = %peer.addr, "connection dropped by timeout");
+                        conn::ended_with(Err(Box::new(conn::Dropped)), &state, &observe, peer);
                         return;
                     }
                 },
@@ -157,7 +163,7 @@ pub(crate) async fn serve(
                 service = parts.service;
             }
             Err(e) => {
-                conn::ended_with(Err(e.into()), &observe, peer);
+                conn::ended_with(Err(e.into()), &state, &observe, peer);
                 return;
             }
         }

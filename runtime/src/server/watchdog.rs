@@ -229,6 +229,14 @@ impl ConnState {
         (idle_since + idle_limit, Verdict::Idle)
     }
 
+    /// Whether an HTTP/1 request head has started to arrive and no
+    /// request is being handled: what a timeout then cuts off is a head.
+    pub(crate) fn head_pending(&self) -> bool {
+        !self.in_flight()
+            && !self.h2.load(Ordering::Relaxed)
+            && self.head_started_ms.load(Ordering::Relaxed) != 0
+    }
+
     fn in_flight(&self) -> bool {
         self.handling.load(Ordering::Relaxed) > 0 || self.sending.load(Ordering::Relaxed) > 0
     }

@@ -274,7 +274,7 @@ pub(super) fn log(
             ),
         }
     }
-    if let Some(n) = t.uint(diag, "buffer", 1 << 24) {
+    if let Some(n) = t.uint(diag, "buffer", 1, 1 << 24) {
         if *n.get_ref() == 0 {
             diag.error(
                 n.span(),

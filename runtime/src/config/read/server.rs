@@ -31,7 +31,7 @@ pub(super) fn read(
     if let Some(listen) = ops::listeners(t, diag, context) {
         s.listen = listen;
     }
-    if let Some(n) = t.uint(diag, "workers", 1024) {
+    if let Some(n) = t.uint(diag, "workers", 1, 1024) {
         if *n.get_ref() == 0 {
             diag.error(
                 n.span(),
@@ -98,7 +98,7 @@ pub(super) fn read(
             }
         }
     }
-    if let Some(n) = t.uint(diag, "max_connections", 1 << 24) {
+    if let Some(n) = t.uint(diag, "max_connections", 1, 1 << 24) {
         if *n.get_ref() == 0 {
             diag.error(
                 n.span(),
@@ -124,7 +124,7 @@ pub(super) fn read(
             ),
         }
     }
-    if let Some(n) = t.uint(diag, "max_instances", 100_000) {
+    if let Some(n) = t.uint(diag, "max_instances", 1, 100_000) {
         if *n.get_ref() == 0 {
             diag.error(
                 n.span(),

@@ -111,7 +111,7 @@ fn servlet_limits(
             1,
         ),
     ] {
-        if let Some(n) = t.uint(diag, key, 1_000_000) {
+        if let Some(n) = t.uint(diag, key, min, 1_000_000) {
             if *n.get_ref() < min {
                 diag.error(
                     n.span(),

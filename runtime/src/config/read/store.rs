@@ -41,7 +41,7 @@ pub(super) fn read(
     let path = t.string(diag, "path");
     let url = t.string(diag, "url");
     let url_env = t.string(diag, "url_env");
-    let connections = t.uint(diag, "connections", 64);
+    let connections = t.uint(diag, "connections", 1, 64);
     let timeout = t.duration(diag, "timeout");
     let kind = match t.string(diag, "kind") {
         Some(k) if k.get_ref() == "embedded" => {
@@ -149,7 +149,7 @@ pub(super) fn read(
         ("max_ops_per_request", &mut limits.max_ops_per_request),
         ("max_list_keys", &mut limits.max_list_keys),
     ] {
-        if let Some(n) = t.uint(diag, key, 1_000_000) {
+        if let Some(n) = t.uint(diag, key, 1, 1_000_000) {
             if *n.get_ref() == 0 {
                 diag.error(
                     n.span(),
