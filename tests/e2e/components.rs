@@ -475,6 +475,95 @@ async fn a_guest_failing_before_its_first_body_byte_is_a_500() -> Result<()> {
     Ok(())
 }
 
+/// A guest that returns still holding its answer (an outparam it never
+/// set, a body it never finished) gets a 500 or an aborted body at once,
+/// never a hang or a clean end, with a fresh instance or a reused one.
+#[tokio::test]
+async fn a_guest_returning_without_finishing_its_answer_fails_at_once() -> Result<()> {
+    for reuse in ["", "reuse = 5\n"] {
+        let (_site, server) = start(reuse).await?;
+        for _ in 0..3 {
+            let r = tokio::time::timeout(Duration::from_secs(10), server.get("/f/leak-out"))
+                .await
+                .map_err(|_| anyhow::anyhow!("leak-out hung ({reuse:?})"))??;
+            assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{reuse:?}");
+            // Over HTTP/1.1: no clean chunked end after the 4 KiB.
+            let mut stream = tokio::net::TcpStream::connect(server.addr()).await?;
+            tokio::io::AsyncWriteExt::write_all(
+                &mut stream,
+                b"GET /f/leak-body?n=4 HTTP/1.1\r\nHost: a\r\n\r\n",
+            )
+            .await?;
+            let mut got = Vec::new();
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut got),
+            )
+            .await
+            .map_err(|_| anyhow::anyhow!("leak-body hung ({reuse:?})"))??;
+            let text = String::from_utf8_lossy(&got);
+            assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+            assert!(!text.ends_with("0\r\n\r\n"), "ended cleanly ({reuse:?})");
+        }
+        assert_eq!(server.get("/f/ok").await?.text(), "ok");
+    }
+    Ok(())
+}
+
+/// A servlet deployed while every instance slot is taken by a request in
+/// flight is tried once a slot frees, not refused: a busy server is not a
+/// broken servlet.
+#[tokio::test]
+async fn a_servlet_deployed_while_the_instance_slots_are_busy_goes_live_after() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    site.file("servlets/f.wasm", faults()?)?;
+    let config = site.config(
+        "[server]\nmax_instances = 1\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nprewarm = 0\ntimeout = \"5s\"\n",
+    )?;
+    let server = TestServer::start_watching(config).await?;
+    let url = server.url("/f/sleep?ms=1500");
+    let busy = tokio::spawn(async move {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<Full<Bytes>>();
+        client
+            .request(Request::get(url).body(Full::default())?)
+            .await
+            .map(|r| r.status())
+            .map_err(anyhow::Error::from)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    site.file("servlets/g.wasm", faults()?)?;
+    assert_eq!(busy.await??, StatusCode::OK);
+    assert!(
+        eventually(WAIT, || async {
+            server
+                .get("/g/ok")
+                .await
+                .is_ok_and(|r| r.status == StatusCode::OK)
+        })
+        .await,
+        "the servlet deployed while busy never went live"
+    );
+    Ok(())
+}
+
+/// What a guest builds on the host counts too: a thousand header sets of
+/// 60 KB would hold 60 MB outside its memory cap. It is stopped at the
+/// resource limit (500), and the server goes on.
+#[tokio::test]
+async fn host_resources_a_guest_builds_are_bounded() -> Result<()> {
+    let (_site, server) = start("").await?;
+    let r = server.get("/f/headers-bomb?n=100").await?;
+    assert_eq!(r.text(), "100");
+    let r = server.get("/f/headers-bomb?n=5000").await?;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(server.get("/f/ok").await?.text(), "ok");
+    Ok(())
+}
+
 /// A `[[site.route]]` whose servlet is refused at load answers 500: its
 /// paths do not fall through to the site's files.
 #[tokio::test]

@@ -15,10 +15,15 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use swan_tests::{TestServer, TestSite};
 
-/// An upstream on 127.0.0.1: `/slow` waits 3 s before answering, anything
-/// else answers at once.
+/// An upstream on 127.0.0.1: `/slow` waits 3 s before answering,
+/// `/dribble` sends `first`, waits 2 s, then `second`; anything else
+/// answers at once.
 async fn upstream() -> Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    upstream_on("127.0.0.1:0").await
+}
+
+async fn upstream_on(addr: &str) -> Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move {
         loop {
@@ -30,7 +35,26 @@ async fn upstream() -> Result<SocketAddr> {
                     if req.uri().path() == "/slow" {
                         tokio::time::sleep(Duration::from_secs(3)).await;
                     }
-                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("upstream says hi"))))
+                    if req.uri().path() == "/dribble" {
+                        let (tx, rx) = tokio::sync::mpsc::channel::<
+                            Result<hyper::body::Frame<Bytes>, Infallible>,
+                        >(2);
+                        tokio::spawn(async move {
+                            let _ = tx
+                                .send(Ok(hyper::body::Frame::data(Bytes::from("first "))))
+                                .await;
+                            tokio::time::sleep(Duration::from_secs(2)).await;
+                            let _ = tx
+                                .send(Ok(hyper::body::Frame::data(Bytes::from("second"))))
+                                .await;
+                        });
+                        return Ok::<_, Infallible>(Response::new(http_body_util::Either::Left(
+                            Channel(rx),
+                        )));
+                    }
+                    Ok(Response::new(http_body_util::Either::Right(Full::new(
+                        Bytes::from("upstream says hi"),
+                    ))))
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), svc)
@@ -39,6 +63,21 @@ async fn upstream() -> Result<SocketAddr> {
         }
     });
     Ok(addr)
+}
+
+/// A body whose frames come from a channel.
+struct Channel(tokio::sync::mpsc::Receiver<Result<hyper::body::Frame<Bytes>, Infallible>>);
+
+impl http_body::Body for Channel {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx)
+    }
 }
 
 /// A site routing `/f/*` to the faults component with `route_toml` keys.
@@ -84,6 +123,40 @@ async fn an_allowed_address_is_reached_and_others_are_not() -> Result<()> {
     assert!(fetch(&server, &other).await?.contains("HttpRequestDenied"));
     let tls = format!("https://{up}/");
     assert!(fetch(&server, &tls).await?.contains("HttpRequestDenied"));
+    drop(server);
+    // An IPv6 address is one rule however it is written, on either side.
+    let up6 = upstream_on("[::1]:0").await?;
+    let (_site, server) = start(&format!(
+        "allowed_outbound_hosts = [\"http://[0:0:0:0:0:0:0:1]:{}\"]",
+        up6.port()
+    ))
+    .await?;
+    for written in ["[::1]", "[0:0::1]"] {
+        assert_eq!(
+            fetch(&server, &format!("http://{written}:{}/", up6.port())).await?,
+            "200 upstream says hi",
+            "{written}"
+        );
+    }
+    Ok(())
+}
+
+/// The guest's own between-bytes timeout cuts a body that stalls; without
+/// one the body arrives whole.
+#[tokio::test]
+async fn a_between_bytes_timeout_the_guest_sets_holds() -> Result<()> {
+    let up = upstream().await?;
+    let (_site, server) = start(&format!("allowed_outbound_hosts = [\"http://{up}\"]")).await?;
+    let url = format!("http://{up}/dribble");
+    assert_eq!(fetch(&server, &url).await?, "200 first second");
+    let started = std::time::Instant::now();
+    let cut = fetch(&server, &format!("{url}&bb=500")).await?;
+    assert_eq!(cut, "200 first  (body failed)");
+    assert!(
+        started.elapsed() < Duration::from_millis(1800),
+        "{:?}",
+        started.elapsed()
+    );
     Ok(())
 }
 

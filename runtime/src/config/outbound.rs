@@ -140,6 +140,12 @@ impl OutboundRule {
                 "{s:?}: {host:?} is not a host name or IP address (letters, digits, `-` and `_` in dot-separated labels)"
             ));
         }
+        // An address is kept in its one canonical form, as a request's
+        // is compared: [0:0:0:0:0:0:0:1] and [::1] are one rule.
+        let host = match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => ip.to_string(),
+            Err(_) => host,
+        };
         let (port, default_port) = match port {
             None => (None, true),
             Some("*") => (None, false),

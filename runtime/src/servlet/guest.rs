@@ -54,3 +54,28 @@ pub(crate) enum GuestError {
     #[error("{0:#}")]
     Failed(wasmtime::Error),
 }
+
+/// How long a servlet's trial instance at load waits for a free instance
+/// slot: a busy server is not a broken servlet.
+const TRIAL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Makes the trial instance a load checks the servlet with, waiting (up to
+/// [`TRIAL_WAIT`]) while `max_instances` is used up by requests in flight,
+/// instead of refusing a working servlet for it.
+pub(crate) async fn trial_instance<G: Guest>(guest: &G) -> Result<G::Instance, GuestError> {
+    let deadline = tokio::time::Instant::now() + TRIAL_WAIT;
+    loop {
+        match guest.instantiate().await {
+            Err(GuestError::PoolFull) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            }
+            Err(GuestError::PoolFull) => {
+                return Err(GuestError::Failed(wasmtime::format_err!(
+                    "no free instance slot for {} s to try it in: raise server.max_instances (every servlet's prewarmed instances hold slots too)",
+                    TRIAL_WAIT.as_secs()
+                )));
+            }
+            made => return made,
+        }
+    }
+}

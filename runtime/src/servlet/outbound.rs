@@ -77,6 +77,11 @@ impl Outbound {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_ascii_lowercase();
+        // Addresses compared in canonical form, like the rules'.
+        let host = match host.parse::<IpAddr>() {
+            Ok(ip) => ip.to_string(),
+            Err(_) => host,
+        };
         let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
         let scheme = if tls { "https" } else { "http" };
         let rule = self
@@ -224,9 +229,16 @@ impl Outbound {
         })
         .await?;
         let deadline = started + self.total_timeout;
+        // The guest's own wait between body bytes, when it set one (under
+        // the total timeout, which always holds).
+        let between = options
+            .and_then(|o| o.between_bytes_timeout)
+            .filter(|&b| b < self.total_timeout)
+            .map(|b| (Box::pin(tokio::time::sleep(b)), b));
         let res = res.map(|incoming| OutboundBody {
             inner: incoming,
             deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            between,
             _permit: permit,
         });
         let io = async move {
@@ -243,6 +255,9 @@ impl Outbound {
 pub(crate) struct OutboundBody {
     inner: hyper::body::Incoming,
     deadline: Pin<Box<Sleep>>,
+    /// The guest's `between-bytes-timeout`: the timer, restarted at each
+    /// frame, and its length.
+    between: Option<(Pin<Box<Sleep>>, Duration)>,
     /// The request counts against the cap until its body is done.
     _permit: OwnedSemaphorePermit,
 }
@@ -258,9 +273,17 @@ impl HttpBody for OutboundBody {
         if self.deadline.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Some(Err(Error::ConnectionReadTimeout)));
         }
-        Pin::new(&mut self.inner)
+        let polled = Pin::new(&mut self.inner)
             .poll_frame(cx)
-            .map_err(Error::from)
+            .map_err(Error::from);
+        if let Some((gap, length)) = &mut self.between {
+            if polled.is_ready() {
+                gap.as_mut().reset(tokio::time::Instant::now() + *length);
+            } else if gap.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Some(Err(Error::ConnectionReadTimeout)));
+            }
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -286,7 +309,16 @@ impl OutboundHooks {
 
 type IoFuture = Box<dyn Future<Output = Result<(), Error>> + Send>;
 
+/// Largest write to a component's outgoing body (response or request);
+/// one more such chunk waits in its buffer. wasmtime's default, 1 MiB,
+/// let a guest holding many bodies keep gigabytes on the host.
+pub(crate) const OUTGOING_BODY_CHUNK: usize = 64 << 10;
+
 impl WasiHttpHooks for OutboundHooks {
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        OUTGOING_BODY_CHUNK
+    }
+
     fn send_request(
         &mut self,
         request: Request<WasiBody>,

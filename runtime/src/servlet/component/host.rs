@@ -25,8 +25,14 @@ pub(crate) const MAX_CORE_INSTANCES: usize = 64;
 pub(crate) const MAX_MEMORIES: usize = 8;
 /// Tables one component may hold.
 pub(crate) const MAX_TABLES: usize = 16;
-/// Resources (streams, requests, fields...) one component may hold at once.
-const MAX_RESOURCES: usize = 10_000;
+/// Resources (streams, requests, fields...) one component may hold at
+/// once. With the header set limit below and the outgoing body chunk
+/// (`outbound::OUTGOING_BODY_CHUNK`), this bounds the memory the host holds
+/// for a guest beyond its own `max_memory`: 10,000 outgoing bodies of 2 MiB
+/// of buffers each let one request hold 2 GiB under a 32 MiB cap.
+const MAX_RESOURCES: usize = 1_024;
+/// Largest header set (names and values) a guest may build.
+const FIELD_SIZE_LIMIT: usize = 64 << 10;
 
 /// Everything a component's store carries.
 pub(crate) struct ComponentHost {
@@ -82,7 +88,11 @@ impl ComponentHost {
         ComponentHost {
             table,
             wasi,
-            http: WasiHttpCtx::new(),
+            http: {
+                let mut http = WasiHttpCtx::new();
+                http.set_field_size_limit(FIELD_SIZE_LIMIT);
+                http
+            },
             hooks: OutboundHooks::new(outbound),
             kv: StoreAccess::new(stores, &info.limits.stores),
             config,

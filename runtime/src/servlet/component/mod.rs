@@ -236,7 +236,11 @@ pub(crate) fn load(
     };
     let trial = {
         let guest = guest.clone();
-        engine.run_blocking(async move { guest.instantiate().await.map(|_| ()) })
+        engine.run_blocking(async move {
+            crate::servlet::guest::trial_instance(&guest)
+                .await
+                .map(|_| ())
+        })
     };
     match trial {
         Some(Ok(())) => Ok((guest, tier)),
@@ -427,6 +431,16 @@ impl Guest for ComponentGuest {
                     None => Err("servlet ran past its deadline".to_owned()),
                 }
             };
+            // A guest that returned while still holding its answer (a
+            // response outparam it never set, a body it never finished)
+            // failed: its body must end as an abort, never as a complete
+            // response, and its instance is not given back (it would keep
+            // the client waiting on what it holds).
+            let result =
+                result.and_then(|()| match unfinished_answer(&mut store.data_mut().table) {
+                    Some(what) => Err(format!("returned without {what}")),
+                    None => Ok(()),
+                });
             store.data_mut().flush_output();
             if store.data().kv.saw_unavailable && result.is_err() {
                 task_store_down.store(true, Ordering::Relaxed);
@@ -513,6 +527,25 @@ impl Guest for ComponentGuest {
             }
         }
     }
+}
+
+/// What a p2 guest that returned still holds of its answer, if anything:
+/// a response outparam it never set, or an outgoing body it never
+/// finished. Once `handle` returns no guest code runs again, so neither
+/// can ever complete; wasi:http would end such a body as if it were
+/// complete when the store goes.
+fn unfinished_answer(table: &mut wasmtime::component::ResourceTable) -> Option<&'static str> {
+    use wasmtime_wasi_http::p2::body::HostOutgoingBody;
+    use wasmtime_wasi_http::p2::types::HostResponseOutparam;
+    for entry in table.iter_mut() {
+        if entry.is::<HostResponseOutparam>() {
+            return Some("setting its response");
+        }
+        if entry.is::<HostOutgoingBody>() {
+            return Some("finishing an outgoing body");
+        }
+    }
+    None
 }
 
 /// A request made into a guest's resources, per world.

@@ -10,7 +10,6 @@ use wasmtime::{ExternType, Module, ValType};
 use super::abi::{self, ABI_VERSION};
 use super::{Linkers, NativeGuest};
 use crate::engine::{Engine, Tier};
-use crate::servlet::guest::Guest;
 use crate::servlet::info::ServletInfo;
 
 /// Import module of the swan ABI.
@@ -139,7 +138,9 @@ pub(crate) fn load(
     let trial = {
         let guest = guest.clone();
         engine.run_blocking(async move {
-            let mut ready = guest.instantiate().await.map_err(|e| format!("{e}"))?;
+            let mut ready = crate::servlet::guest::trial_instance(&guest)
+                .await
+                .map_err(|e| format!("{e}"))?;
             let version = ready
                 .instance
                 .get_typed_func::<(), i32>(&mut ready.store, "swan_abi_version")

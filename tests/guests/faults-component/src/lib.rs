@@ -17,15 +17,18 @@
 //! | `/print?n=N` | writes N KiB to stdout, then 200 |
 //! | `/upload` | reads the request body as it comes, answers its length |
 //! | `/files` | tries to read `/etc/passwd`: 200 `denied` when it cannot |
-//! | `/fetch?url=U` | GETs U with outgoing-handler: `STATUS BODY`, or `error: CODE` |
+//! | `/fetch?url=U&bb=MS` | GETs U with outgoing-handler (`bb`: a between-bytes timeout): `STATUS BODY`, `STATUS BODY (body failed)`, or `error: CODE` |
 //! | `/no-response` | returns without setting a response |
 //! | `/seen` | 200 `SCHEME AUTHORITY X-HOP`: the request as the guest sees it (`-` for an absent header) |
 //! | `/status?n=N` | answers with status N (any the host accepts: 100 to 999) |
+//! | `/leak-out` | forgets its response outparam (never set, never dropped) and returns |
+//! | `/leak-body?n=N` | sets a 200, writes N KiB, forgets the body without finishing it, and returns |
+//! | `/headers-bomb?n=N` | builds N header sets of 60 KB each and keeps them, then 200 |
 
 use wasi::http::outgoing_handler;
 use wasi::http::types::{
-    Fields, IncomingRequest, OutgoingBody, OutgoingRequest, OutgoingResponse, ResponseOutparam,
-    Scheme,
+    Fields, IncomingRequest, OutgoingBody, OutgoingRequest, OutgoingResponse, RequestOptions,
+    ResponseOutparam, Scheme,
 };
 use wasi::io::streams::StreamError;
 
@@ -111,10 +114,33 @@ impl wasi::exports::http::incoming_handler::Guest for Faults {
             }
             "/fetch" => {
                 let url = param(query, "url").unwrap_or_default();
-                let answer = fetch(&url);
+                let between = param(query, "bb").and_then(|v| v.parse::<u64>().ok());
+                let answer = fetch(&url, between);
                 respond(out, 200, answer.as_bytes())
             }
             "/no-response" => {}
+            "/leak-out" => std::mem::forget(out),
+            "/leak-body" => {
+                let Some(body) = start(out, 200) else { return };
+                let Ok(stream) = body.write() else { return };
+                for _ in 0..n() {
+                    let _ = stream.blocking_write_and_flush(&[b'l'; 1024]);
+                }
+                std::mem::forget(stream);
+                std::mem::forget(body);
+            }
+            "/headers-bomb" => {
+                let value = vec![b'h'; 60_000];
+                let mut held = Vec::new();
+                for _ in 0..n() {
+                    let fields = Fields::new();
+                    if fields.append("x-big", &value).is_err() {
+                        break;
+                    }
+                    held.push(fields);
+                }
+                respond(out, 200, held.len().to_string().as_bytes())
+            }
             "/seen" => {
                 let scheme = match request.scheme() {
                     Some(Scheme::Http) => "http".to_owned(),
@@ -180,7 +206,7 @@ fn read_len(request: &IncomingRequest) -> usize {
     total
 }
 
-fn fetch(url: &str) -> String {
+fn fetch(url: &str, between_bytes_ms: Option<u64>) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some(("https", r)) => (Scheme::Https, r),
         Some(("http", r)) => (Scheme::Http, r),
@@ -194,7 +220,12 @@ fn fetch(url: &str) -> String {
     let _ = request.set_scheme(Some(&scheme));
     let _ = request.set_authority(Some(authority));
     let _ = request.set_path_with_query(Some(path));
-    let future = match outgoing_handler::handle(request, None) {
+    let options = between_bytes_ms.map(|ms| {
+        let options = RequestOptions::new();
+        let _ = options.set_between_bytes_timeout(Some(ms * 1_000_000));
+        options
+    });
+    let future = match outgoing_handler::handle(request, options) {
         Ok(f) => f,
         Err(e) => return format!("error: {e:?}"),
     };
@@ -208,8 +239,14 @@ fn fetch(url: &str) -> String {
     let mut text = Vec::new();
     if let Ok(body) = response.consume() {
         if let Ok(stream) = body.stream() {
-            while let Ok(chunk) = stream.blocking_read(64 * 1024) {
-                text.extend_from_slice(&chunk);
+            loop {
+                match stream.blocking_read(64 * 1024) {
+                    Ok(chunk) => text.extend_from_slice(&chunk),
+                    Err(StreamError::Closed) => break,
+                    Err(StreamError::LastOperationFailed(_)) => {
+                        return format!("{status} {} (body failed)", String::from_utf8_lossy(&text));
+                    }
+                }
             }
         }
     }
