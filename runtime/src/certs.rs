@@ -74,3 +74,30 @@ fn pem_reason(e: &rustls::pki_types::pem::Error) -> String {
         other => format!("not valid PEM: {other:?}"),
     }
 }
+
+/// What is wrong with when the leaf certificate of `key` is valid, if
+/// anything: it has expired, or is not valid yet. Clients refuse such a
+/// certificate, so a reload keeps the one serving instead, and start-up
+/// and `swan check` say so.
+pub fn validity_problem(key: &CertifiedKey) -> Option<String> {
+    let leaf = key.cert.first()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    let validity = cert.validity();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    if now > validity.not_after.timestamp() {
+        Some(format!("expired on {}", validity.not_after))
+    } else if now < validity.not_before.timestamp() {
+        Some(format!("is not valid before {}", validity.not_before))
+    } else {
+        None
+    }
+}
+
+/// When the leaf certificate of `key` expires, for people.
+pub fn expires(key: &CertifiedKey) -> Option<String> {
+    let leaf = key.cert.first()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    Some(cert.validity().not_after.to_string())
+}

@@ -24,6 +24,11 @@ struct Certs {
 }
 
 fn make_certs(serial: u64) -> Certs {
+    make_certs_valid(serial, false)
+}
+
+/// [`make_certs`], with a leaf that expired years ago when `expired`.
+fn make_certs_valid(serial: u64, expired: bool) -> Certs {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
     let ca_key = KeyPair::generate().expect("ca key");
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
@@ -35,6 +40,10 @@ fn make_certs(serial: u64) -> Certs {
     let mut leaf = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
         .expect("leaf params");
     leaf.serial_number = Some(rcgen::SerialNumber::from(serial));
+    if expired {
+        leaf.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        leaf.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    }
     let issuer = rcgen::Issuer::from_params(&ca, &ca_key);
     let leaf_cert = leaf.signed_by(&key, &issuer).expect("leaf cert");
     Certs {
@@ -222,6 +231,12 @@ async fn https_serves_h2_and_http1_reloads_its_certificate_and_redirects_plain_h
     // Plain HTTP sent to the TLS port fails that handshake only.
     let garbage = raw(&tls, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(status_of(&garbage), 0);
+    // An expired pair is refused too: clients would refuse it.
+    let expired = make_certs_valid(3, true);
+    write_certs(dir.path(), &expired);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (leaf, _, status, _) = rust_client(&tls, &[&second.ca_der], "/").await;
+    assert_eq!((leaf, status), (second.leaf_der.clone(), 200));
     // A broken pair is refused; the working certificate keeps serving.
     std::fs::write(dir.path().join("key.pem"), "not a key").expect("break");
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -230,4 +245,28 @@ async fn https_serves_h2_and_http1_reloads_its_certificate_and_redirects_plain_h
     let log = stop(s.child);
     assert!(log.contains("TLS certificate reloaded"), "{log}");
     assert!(log.contains("TLS certificate change refused"), "{log}");
+    assert!(log.contains("the new certificate expired on"), "{log}");
+    // `swan check` says when a valid certificate expires, and warns about
+    // an expired one.
+    write_certs(dir.path(), &second);
+    let out = support::swan()
+        .current_dir(dir.path())
+        .arg("check")
+        .output()
+        .expect("check");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("(expires "),
+        "{out:?}"
+    );
+    write_certs(dir.path(), &expired);
+    let out = support::swan()
+        .current_dir(dir.path())
+        .arg("check")
+        .output()
+        .expect("check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: the TLS certificate") && err.contains("expired on"),
+        "{err}"
+    );
 }

@@ -26,6 +26,22 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
     for addr in &s.listen {
         outln!("  {addr}");
     }
+    // The configuration check loaded the pair: here, when it is valid.
+    if let Some(tls) = &s.tls
+        && let Ok(key) = swan::certs::load(&tls.cert, &tls.key)
+    {
+        match swan::certs::validity_problem(&key) {
+            Some(problem) => errln!(
+                "warning: the TLS certificate {} {problem}: clients will refuse it",
+                tls.cert.display()
+            ),
+            None => outln!(
+                "tls: {} (expires {})",
+                tls.cert.display(),
+                swan::certs::expires(&key).unwrap_or_else(|| "?".to_owned())
+            ),
+        }
+    }
     outln!("server:");
     outln!(
         "  workers             {} ({} runtime)",

@@ -46,6 +46,12 @@ impl ResolvesServerCert for Current {
 /// and starts watching the files.
 pub(crate) fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, TlsError> {
     let key = certs::load(&config.cert, &config.key)?;
+    if let Some(problem) = certs::validity_problem(&key) {
+        tracing::warn!(
+            cert = %config.cert.display(),
+            "the TLS certificate {problem}: clients will refuse it until it is replaced (swan reloads it when the files change)"
+        );
+    }
     let current = Arc::new(Current(ArcSwap::from_pointee(key)));
     let mut server = rustls::ServerConfig::builder_with_provider(certs::provider())
         .with_safe_default_protocol_versions()?
@@ -75,10 +81,20 @@ fn watch(config: TlsConfig, current: Arc<Current>) {
                 }
                 seen = now;
                 match certs::load(&config.cert, &config.key) {
-                    Ok(key) => {
-                        current.0.store(Arc::new(key));
-                        tracing::info!(cert = %config.cert.display(), "TLS certificate reloaded");
-                    }
+                    Ok(key) => match certs::validity_problem(&key) {
+                        // Out of date, where the one serving is not: it
+                        // would fail every handshake.
+                        Some(problem) if certs::validity_problem(&current.0.load()).is_none() => {
+                            tracing::error!(
+                                cert = %config.cert.display(),
+                                "TLS certificate change refused: the new certificate {problem}; the previous certificate keeps serving"
+                            );
+                        }
+                        _ => {
+                            current.0.store(Arc::new(key));
+                            tracing::info!(cert = %config.cert.display(), "TLS certificate reloaded");
+                        }
+                    },
                     Err(e) => tracing::error!(
                         error = %e,
                         "TLS certificate change refused; the previous certificate keeps serving"
