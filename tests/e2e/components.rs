@@ -550,6 +550,39 @@ async fn a_servlet_deployed_while_the_instance_slots_are_busy_goes_live_after() 
     Ok(())
 }
 
+/// CPU a guest spends inside host calls counts against its `timeout`
+/// once its body streams (where the wall clock no longer applies): a
+/// guest asking for megabytes of random bytes in a loop is stopped, its
+/// response aborted.
+#[tokio::test]
+async fn cpu_spent_in_host_calls_counts_against_the_timeout() -> Result<()> {
+    let (_site, server) = start("timeout = \"500ms\"\n").await?;
+    let started = std::time::Instant::now();
+    let mut stream = tokio::net::TcpStream::connect(server.addr()).await?;
+    tokio::io::AsyncWriteExt::write_all(
+        &mut stream,
+        b"GET /f/host-spin?n=8 HTTP/1.1\r\nHost: a\r\n\r\n",
+    )
+    .await?;
+    let mut got = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut got),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("never ended"))??;
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(!text.ends_with("0\r\n\r\n"), "ran to its end");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(server.get("/f/ok").await?.text(), "ok");
+    Ok(())
+}
+
 /// What a guest builds on the host counts too: a thousand header sets of
 /// 60 KB would hold 60 MB outside its memory cap. It is stopped at the
 /// resource limit (500), and the server goes on.

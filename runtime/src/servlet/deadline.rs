@@ -49,6 +49,16 @@ impl Deadline {
     }
 }
 
+impl Deadline {
+    /// `ms` of run time spent outside the guest's code (a host call that
+    /// never yielded): taken from the ticks left. Whether they ran out.
+    pub(crate) fn spend(&mut self, ms: u64) -> bool {
+        let ticks = ms / EPOCH_TICK.as_millis().max(1) as u64;
+        self.ticks_left = self.ticks_left.saturating_sub(ticks);
+        self.ticks_left == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +79,15 @@ mod tests {
         assert!(!d.passed(false, Duration::ZERO));
         assert!(!d.passed(false, Duration::ZERO));
         assert!(!d.passed(false, Duration::ZERO));
+        assert!(d.passed(false, Duration::ZERO));
+    }
+
+    #[test]
+    fn time_spent_in_host_calls_takes_ticks() {
+        let mut d = Deadline::after(EPOCH_TICK * 10);
+        assert!(!d.spend(EPOCH_TICK.as_millis() as u64 * 4));
+        assert!(!d.spend(1), "less than a tick costs none");
+        assert!(d.spend(EPOCH_TICK.as_millis() as u64 * 6));
         assert!(d.passed(false, Duration::ZERO));
     }
 

@@ -293,10 +293,30 @@ impl Guest for ComponentGuest {
         });
         // Time blocked in a host call (waiting for the client to read, for
         // an upstream, for a timer) is not run time: coming back from the
-        // host starts a fresh tick, so only ticks spent running count.
+        // host starts a fresh tick, so only ticks spent running count. A
+        // host call that ran without ever yielding to the runtime (its
+        // task was not polled again: 8 MB of random bytes, a big header
+        // set) was run time, and counts: without this a guest streaming
+        // its body could spend seconds of CPU in such calls past its
+        // `timeout`.
         store.call_hook(|mut ctx, hook| {
-            if matches!(hook, wasmtime::CallHook::ReturningFromHost) {
-                ctx.set_epoch_deadline(1);
+            let host = ctx.data_mut();
+            match hook {
+                wasmtime::CallHook::CallingHost => {
+                    host.host_call = (host.polls.load(Ordering::Relaxed), crate::clock::now_ms());
+                }
+                wasmtime::CallHook::ReturningFromHost => {
+                    let (polls, since) = host.host_call;
+                    if host.polls.load(Ordering::Relaxed) == polls
+                        && host
+                            .deadline
+                            .spend(crate::clock::now_ms().saturating_sub(since))
+                    {
+                        return Err(DeadlineExceeded.into());
+                    }
+                    ctx.set_epoch_deadline(1);
+                }
+                _ => {}
             }
             Ok(())
         });
@@ -377,6 +397,7 @@ impl Guest for ComponentGuest {
                 let _ = outcome_tx.send(Err("no instance".to_owned()));
                 return;
             };
+            let polls = store.data().polls.clone();
             let result = {
                 let call = async {
                     match (handler, call) {
@@ -407,6 +428,13 @@ impl Guest for ComponentGuest {
                 let started = tokio::time::Instant::now();
                 let outer = tokio::time::sleep(limit);
                 tokio::pin!(call, outer);
+                // Each poll counted: a host call during which the task was
+                // not polled again never yielded (see the call hook).
+                let call = std::future::poll_fn(|cx| {
+                    polls.fetch_add(1, Ordering::Relaxed);
+                    call.as_mut().poll(cx)
+                });
+                tokio::pin!(call);
                 let finished = loop {
                     tokio::select! {
                         r = &mut call => break Some(r),

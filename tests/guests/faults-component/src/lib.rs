@@ -23,6 +23,7 @@
 //! | `/status?n=N` | answers with status N (any the host accepts: 100 to 999) |
 //! | `/leak-out` | forgets its response outparam (never set, never dropped) and returns |
 //! | `/leak-body?n=N` | sets a 200, writes N KiB, forgets the body without finishing it, and returns |
+//! | `/host-spin?n=S` | sets a 200, then for S seconds asks the host for 8 MB of random bytes at a time (CPU spent in host calls), writing a byte after each |
 //! | `/headers-bomb?n=N` | builds N header sets of 60 KB each and keeps them, then 200 |
 
 use wasi::http::outgoing_handler;
@@ -128,6 +129,19 @@ impl wasi::exports::http::incoming_handler::Guest for Faults {
                 }
                 std::mem::forget(stream);
                 std::mem::forget(body);
+            }
+            "/host-spin" => {
+                let Some(body) = start(out, 200) else { return };
+                let Ok(stream) = body.write() else { return };
+                let until = wasi::clocks::monotonic_clock::now() + n() as u64 * 1_000_000_000;
+                while wasi::clocks::monotonic_clock::now() < until {
+                    std::hint::black_box(wasi::random::random::get_random_bytes(8_000_000));
+                    if stream.blocking_write_and_flush(b"r").is_err() {
+                        return;
+                    }
+                }
+                drop(stream);
+                let _ = OutgoingBody::finish(body, None);
             }
             "/headers-bomb" => {
                 let value = vec![b'h'; 60_000];
