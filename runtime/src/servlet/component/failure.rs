@@ -1,6 +1,7 @@
 //! What a component's failure means for the client: its own error codes
 //! (either wasi:http version), a trap, a timeout or no response at all, as
-//! one [`RequestError`]; and what a link error names.
+//! one [`RequestError`]; what a link error names; and what a guest that
+//! returned left unfinished.
 
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 
@@ -104,4 +105,25 @@ pub(super) fn p2_code(code: &ErrorCode) -> GuestCode {
         ErrorCode::ConnectionReadTimeout | ErrorCode::HttpResponseTimeout => GuestCode::Timeout,
         other => GuestCode::Other(format!("{other:?}")),
     }
+}
+
+/// What a p2 guest that returned still holds of its answer, if anything:
+/// a response outparam it never set, or an outgoing body it never
+/// finished. Once `handle` returns no guest code runs again, so neither
+/// can ever complete; wasi:http would end such a body as if it were
+/// complete when the store goes.
+pub(super) fn unfinished_answer(
+    table: &mut wasmtime::component::ResourceTable,
+) -> Option<&'static str> {
+    use wasmtime_wasi_http::p2::body::HostOutgoingBody;
+    use wasmtime_wasi_http::p2::types::HostResponseOutparam;
+    for entry in table.iter_mut() {
+        if entry.is::<HostResponseOutparam>() {
+            return Some("setting its response");
+        }
+        if entry.is::<HostOutgoingBody>() {
+            return Some("finishing an outgoing body");
+        }
+    }
+    None
 }

@@ -53,7 +53,7 @@ use crate::request::RequestError;
 use crate::store::Stores;
 use body::{GuestBody, Outcome};
 use failure::GuestCode;
-use failure::{missing_import, p2_code};
+use failure::{missing_import, p2_code, unfinished_answer};
 use host::ComponentHost;
 #[cfg(feature = "p3")]
 use p3::P3Use;
@@ -555,25 +555,6 @@ impl Guest for ComponentGuest {
             }
         }
     }
-}
-
-/// What a p2 guest that returned still holds of its answer, if anything:
-/// a response outparam it never set, or an outgoing body it never
-/// finished. Once `handle` returns no guest code runs again, so neither
-/// can ever complete; wasi:http would end such a body as if it were
-/// complete when the store goes.
-fn unfinished_answer(table: &mut wasmtime::component::ResourceTable) -> Option<&'static str> {
-    use wasmtime_wasi_http::p2::body::HostOutgoingBody;
-    use wasmtime_wasi_http::p2::types::HostResponseOutparam;
-    for entry in table.iter_mut() {
-        if entry.is::<HostResponseOutparam>() {
-            return Some("setting its response");
-        }
-        if entry.is::<HostOutgoingBody>() {
-            return Some("finishing an outgoing body");
-        }
-    }
-    None
 }
 
 /// A request made into a guest's resources, per world.
