@@ -583,6 +583,156 @@ async fn cpu_spent_in_host_calls_counts_against_the_timeout() -> Result<()> {
     Ok(())
 }
 
+/// Many small writes are run time too: a guest writing one byte at a time
+/// after its head is stopped near its timeout, not run to its end.
+#[tokio::test]
+async fn cpu_spent_in_many_small_writes_counts_against_the_timeout() -> Result<()> {
+    let (_site, server) = start("timeout = \"500ms\"\n").await?;
+    let started = std::time::Instant::now();
+    let mut stream = tokio::net::TcpStream::connect(server.addr()).await?;
+    tokio::io::AsyncWriteExt::write_all(
+        &mut stream,
+        b"GET /f/tiny?n=8 HTTP/1.1\r\nHost: a\r\n\r\n",
+    )
+    .await?;
+    let mut got = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut got),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("never ended"))??;
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{}",
+        &text[..text.len().min(200)]
+    );
+    assert!(!text.ends_with("0\r\n\r\n"), "ran to its end");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+/// A client that goes away before the response head (an HTTP/2 reset)
+/// stops the guest: its place under `max_concurrency` comes back at once,
+/// not at its timeout. (HTTP/1.1 cannot tell a client that closed from one
+/// that only ended its side, which `half_close` serves, until a write.)
+#[tokio::test]
+async fn a_client_leaving_before_the_head_stops_the_guest() -> Result<()> {
+    let (_site, server) =
+        start("timeout = \"10s\"\nmax_concurrency = 1\nqueue_timeout = \"300ms\"\n").await?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    for _ in 0..2 {
+        let request = Request::get(server.url("/f/loop")).body(Full::default())?;
+        // Given up after 200 ms: the stream is reset.
+        let gave_up =
+            tokio::time::timeout(Duration::from_millis(200), client.request(request)).await;
+        assert!(gave_up.is_err(), "the loop answered");
+        assert!(
+            eventually(Duration::from_secs(3), || async {
+                server
+                    .get("/f/ok")
+                    .await
+                    .is_ok_and(|r| r.status == StatusCode::OK)
+            })
+            .await,
+            "the guest kept its place after its client left"
+        );
+    }
+    Ok(())
+}
+
+/// With `reuse`, an instance whose guest left the request body unread
+/// (forgotten, not dropped) is not given back: the client's next request
+/// on the same connection is answered.
+#[tokio::test]
+async fn an_instance_holding_its_request_body_is_not_reused() -> Result<()> {
+    let (_site, server) = start("reuse = 5\nmax_concurrency = 1\n").await?;
+    let mut stream = tokio::net::TcpStream::connect(server.addr()).await?;
+    let body = vec![b'u'; 200_000];
+    let mut request = format!(
+        "POST /f/leak-in HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(&body);
+    tokio::io::AsyncWriteExt::write_all(&mut stream, &request).await?;
+    let mut reply = vec![0u8; 4096];
+    let n = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::io::AsyncReadExt::read(&mut stream, &mut reply),
+    )
+    .await??;
+    assert!(
+        reply[..n].starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&reply[..n])
+    );
+    // The next request on this connection, and on another, is answered.
+    tokio::io::AsyncWriteExt::write_all(&mut stream, b"GET /f/count HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await?;
+    let mut next = Vec::new();
+    let answered = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let n = tokio::io::AsyncReadExt::read(&mut stream, &mut reply).await?;
+            if n == 0 {
+                return anyhow::Ok(());
+            }
+            next.extend_from_slice(&reply[..n]);
+            if String::from_utf8_lossy(&next).contains("HTTP/1.1 200") {
+                return Ok(());
+            }
+        }
+    })
+    .await;
+    let text = String::from_utf8_lossy(&next);
+    // Answered (or, where the server chose to close after an unread body,
+    // closed): never left hanging.
+    assert!(answered.is_ok(), "the next request hung: {text}");
+    assert_eq!(server.get("/f/ok").await?.text(), "ok");
+    Ok(())
+}
+
+/// What a guest declares of its body holds: more bytes than its
+/// `Content-Length` abort the response (never cut to a clean, complete
+/// one), and a 204 goes out without a `Content-Length`, over both
+/// protocols.
+#[tokio::test]
+async fn a_component_body_longer_than_declared_aborts_and_204_carries_no_length() -> Result<()> {
+    let (_site, server) = start("").await?;
+    let mut stream = tokio::net::TcpStream::connect(server.addr()).await?;
+    tokio::io::AsyncWriteExt::write_all(
+        &mut stream,
+        b"GET /f/cl-long HTTP/1.1\r\nHost: a\r\n\r\nGET /f/ok HTTP/1.1\r\nHost: a\r\n\r\n",
+    )
+    .await?;
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut got),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&got);
+    // The body never went out cut to look whole: the connection ended
+    // there (the pipelined request behind it unanswered).
+    assert!(
+        !text.contains("cccccccccc"),
+        "a cut body looked whole: {text}"
+    );
+    assert!(text.matches("HTTP/1.1 ").count() <= 1, "{text}");
+    for r in over_both(&server, http::Method::GET, "/f/no-content").await? {
+        assert_eq!(r.status, StatusCode::NO_CONTENT);
+        assert_eq!(r.header("content-length"), "");
+    }
+    Ok(())
+}
+
 /// What a guest builds on the host counts too: a thousand header sets of
 /// 60 KB would hold 60 MB outside its memory cap. It is stopped at the
 /// resource limit (500), and the server goes on.

@@ -50,12 +50,11 @@ impl Deadline {
 }
 
 impl Deadline {
-    /// `ms` of run time spent outside the guest's code (a host call that
-    /// never yielded): taken from the ticks left. Whether they ran out.
-    pub(crate) fn spend(&mut self, ms: u64) -> bool {
-        let ticks = ms / EPOCH_TICK.as_millis().max(1) as u64;
-        self.ticks_left = self.ticks_left.saturating_sub(ticks);
-        self.ticks_left == 0
+    /// Whether the wall-clock deadline has passed, `waited` (time spent
+    /// waiting for the client's request body) excepted. Components count
+    /// their run time themselves.
+    pub(crate) fn wall_clock_passed(&self, waited: Duration) -> bool {
+        Instant::now() >= self.at + waited
     }
 }
 
@@ -83,12 +82,12 @@ mod tests {
     }
 
     #[test]
-    fn time_spent_in_host_calls_takes_ticks() {
-        let mut d = Deadline::after(EPOCH_TICK * 10);
-        assert!(!d.spend(EPOCH_TICK.as_millis() as u64 * 4));
-        assert!(!d.spend(1), "less than a tick costs none");
-        assert!(d.spend(EPOCH_TICK.as_millis() as u64 * 6));
-        assert!(d.passed(false, Duration::ZERO));
+    fn the_wall_clock_deadline_moves_back_by_the_wait() {
+        let d = Deadline::after(Duration::from_millis(20));
+        assert!(!d.wall_clock_passed(Duration::ZERO));
+        std::thread::sleep(Duration::from_millis(25));
+        assert!(d.wall_clock_passed(Duration::ZERO));
+        assert!(!d.wall_clock_passed(Duration::from_secs(10)));
     }
 
     #[test]

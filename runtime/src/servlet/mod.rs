@@ -160,7 +160,7 @@ impl Servlet {
         let policy = ctx.body.at_most(self.info.limits.max_body_bytes);
         let (mut parts, body) = req.into_parts();
         remove_connection_listed(&mut parts.headers);
-        match &self.pool {
+        let answer = match &self.pool {
             Pool::Native(pool) => {
                 let req = Request::from_parts(parts, body);
                 let input = native::read_request(req, policy).await?;
@@ -200,14 +200,31 @@ impl Servlet {
                 );
                 pool.call(input, &ctx).await
             }
-        }
+        };
+        answer.map(|mut res| {
+            tidy_response(&mut res);
+            res
+        })
     }
 }
 
-/// Removes the headers a request's `Connection` header names: they are
-/// hop-by-hop (RFC 9110 §7.6.1), for this connection only, not for the
-/// guest. wasi:http removes the standard hop-by-hop headers itself.
+/// What a guest's response may not carry: `TE`, hop-by-hop (RFC 9110
+/// §10.1.4), and a `Content-Length` on a 204 (§8.6: over HTTP/2 it made
+/// the client fail the stream).
+fn tidy_response(res: &mut Response<Body>) {
+    let headers = res.headers_mut();
+    headers.remove(http::header::TE);
+    if res.status() == http::StatusCode::NO_CONTENT {
+        res.headers_mut().remove(http::header::CONTENT_LENGTH);
+    }
+}
+
+/// Removes the headers a request's `Connection` header names, and `TE`:
+/// they are hop-by-hop (RFC 9110 §7.6.1, §10.1.4), for this connection
+/// only, not for the guest. wasi:http removes the other standard
+/// hop-by-hop headers itself.
 fn remove_connection_listed(headers: &mut http::HeaderMap) {
+    headers.remove(http::header::TE);
     let listed: Vec<http::HeaderName> = headers
         .get_all(http::header::CONNECTION)
         .iter()

@@ -191,6 +191,9 @@ pub(crate) struct GuestBody {
     _sent: Option<oneshot::Sender<()>>,
     /// Bytes the body may still carry (`max_response_bytes`, when set).
     room: Option<u64>,
+    /// Bytes the guest's own `Content-Length` still allows: hyper would
+    /// cut a longer body to it and end the response as complete.
+    declared: Option<u64>,
 }
 
 impl GuestBody {
@@ -200,6 +203,7 @@ impl GuestBody {
         task: tokio::task::AbortHandle,
         sent: Option<oneshot::Sender<()>>,
         limit: Option<u64>,
+        declared: Option<u64>,
     ) -> GuestBody {
         GuestBody {
             inner,
@@ -208,6 +212,7 @@ impl GuestBody {
             ended: false,
             _sent: sent,
             room: limit,
+            declared,
         }
     }
 }
@@ -242,6 +247,15 @@ impl HttpBody for GuestBody {
                         ))));
                     };
                     *room = left;
+                }
+                if let (Some(declared), Some(data)) = (&mut this.declared, frame.data_ref()) {
+                    let Some(left) = declared.checked_sub(data.len() as u64) else {
+                        this.task.abort();
+                        return Poll::Ready(Some(Err(io::Error::other(
+                            "the response body grew past its Content-Length",
+                        ))));
+                    };
+                    *declared = left;
                 }
                 Poll::Ready(Some(Ok(frame)))
             }

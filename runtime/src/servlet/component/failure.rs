@@ -107,23 +107,37 @@ pub(super) fn p2_code(code: &ErrorCode) -> GuestCode {
     }
 }
 
-/// What a p2 guest that returned still holds of its answer, if anything:
-/// a response outparam it never set, or an outgoing body it never
-/// finished. Once `handle` returns no guest code runs again, so neither
-/// can ever complete; wasi:http would end such a body as if it were
-/// complete when the store goes.
-pub(super) fn unfinished_answer(
-    table: &mut wasmtime::component::ResourceTable,
-) -> Option<&'static str> {
-    use wasmtime_wasi_http::p2::body::HostOutgoingBody;
-    use wasmtime_wasi_http::p2::types::HostResponseOutparam;
+/// What a p2 guest that returned still holds (its table is scanned once).
+pub(super) struct Leftovers {
+    /// Of its answer: a response outparam it never set, or an outgoing
+    /// body it never finished. Once `handle` returns no guest code runs
+    /// again, so neither can ever complete; wasi:http would end such a
+    /// body as if it were complete when the store goes.
+    pub(super) unfinished: Option<&'static str>,
+    /// Of its request: the request or its body, which keep the client's
+    /// connection waiting for the body to be read (and would let the next
+    /// request in this instance read it). Such an instance is not reused.
+    pub(super) request: bool,
+}
+
+pub(super) fn leftovers(table: &mut wasmtime::component::ResourceTable) -> Leftovers {
+    use wasmtime_wasi_http::p2::body::{HostFutureTrailers, HostIncomingBody, HostOutgoingBody};
+    use wasmtime_wasi_http::p2::types::{HostIncomingRequest, HostResponseOutparam};
+    let mut found = Leftovers {
+        unfinished: None,
+        request: false,
+    };
     for entry in table.iter_mut() {
         if entry.is::<HostResponseOutparam>() {
-            return Some("setting its response");
-        }
-        if entry.is::<HostOutgoingBody>() {
-            return Some("finishing an outgoing body");
+            found.unfinished = Some("setting its response");
+        } else if entry.is::<HostOutgoingBody>() {
+            found.unfinished = found.unfinished.or(Some("finishing an outgoing body"));
+        } else if entry.is::<HostIncomingRequest>()
+            || entry.is::<HostIncomingBody>()
+            || entry.is::<HostFutureTrailers>()
+        {
+            found.request = true;
         }
     }
-    None
+    found
 }

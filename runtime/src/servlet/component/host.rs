@@ -3,7 +3,7 @@
 //! decide what outbound HTTP may do.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicBool;
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
@@ -56,11 +56,6 @@ pub(crate) struct ComponentHost {
     pub(crate) stderr: GuestOutput,
     /// The request id, for the output's log lines.
     pub(crate) request_id: String,
-    /// Times the task running the guest was polled.
-    pub(crate) polls: Arc<AtomicU64>,
-    /// At the current host call's start: the polls so far and the coarse
-    /// clock (ms).
-    pub(crate) host_call: (u64, u64),
     _ticket: InstanceTicket,
 }
 
@@ -109,8 +104,6 @@ impl ComponentHost {
             stdout,
             stderr,
             request_id: String::new(),
-            polls: Arc::default(),
-            host_call: (0, 0),
             _ticket: ticket,
         }
     }

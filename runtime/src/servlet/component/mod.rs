@@ -14,6 +14,7 @@
 //!   aborts its response.
 
 mod body;
+mod call;
 mod failure;
 mod host;
 mod keyvalue;
@@ -33,9 +34,8 @@ use wasmtime::component::Component;
 use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi_config::WasiConfigVariables;
 use wasmtime_wasi_http::WasiHttpView;
-use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
+use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
-use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 #[cfg(feature = "p3")]
 use wasmtime_wasi_http::p3::bindings::{Service, ServicePre};
 
@@ -52,8 +52,8 @@ use crate::engine::{Engine, Tier};
 use crate::request::RequestError;
 use crate::store::Stores;
 use body::{GuestBody, Outcome};
-use failure::GuestCode;
-use failure::{missing_import, p2_code, unfinished_answer};
+use call::{AbortOnDrop, Call, HeadRx};
+use failure::{leftovers, missing_import};
 use host::ComponentHost;
 #[cfg(feature = "p3")]
 use p3::P3Use;
@@ -275,11 +275,14 @@ impl Guest for ComponentGuest {
         };
         let mut store = Store::new(engine, host);
         store.limiter(|h| &mut h.limits);
+        // The wall clock, until the response head is out (time waiting
+        // for the client's request body excepted). Run time is counted
+        // where it is spent, in the task running the guest (`handle`).
         store.epoch_deadline_callback(|mut ctx| {
             let host = ctx.data_mut();
-            let wall_clock = !host.head_sent.load(Ordering::Relaxed);
-            let waited = host.body.waited();
-            if host.deadline.passed(wall_clock, waited) {
+            if !host.head_sent.load(Ordering::Relaxed)
+                && host.deadline.wall_clock_passed(host.body.waited())
+            {
                 return Err(DeadlineExceeded.into());
             }
             // tokio's yield, not a bare wake: the worker polls its I/O
@@ -291,32 +294,11 @@ impl Guest for ComponentGuest {
                 Box::pin(tokio::task::yield_now()),
             ))
         });
-        // Time blocked in a host call (waiting for the client to read, for
-        // an upstream, for a timer) is not run time: coming back from the
-        // host starts a fresh tick, so only ticks spent running count. A
-        // host call that ran without ever yielding to the runtime (its
-        // task was not polled again: 8 MB of random bytes, a big header
-        // set) was run time, and counts: without this a guest streaming
-        // its body could spend seconds of CPU in such calls past its
-        // `timeout`.
+        // Coming back from a host call starts a fresh tick: a wait that
+        // spanned a tick does not make the callback run at once.
         store.call_hook(|mut ctx, hook| {
-            let host = ctx.data_mut();
-            match hook {
-                wasmtime::CallHook::CallingHost => {
-                    host.host_call = (host.polls.load(Ordering::Relaxed), crate::clock::now_ms());
-                }
-                wasmtime::CallHook::ReturningFromHost => {
-                    let (polls, since) = host.host_call;
-                    if host.polls.load(Ordering::Relaxed) == polls
-                        && host
-                            .deadline
-                            .spend(crate::clock::now_ms().saturating_sub(since))
-                    {
-                        return Err(DeadlineExceeded.into());
-                    }
-                    ctx.set_epoch_deadline(1);
-                }
-                _ => {}
+            if matches!(hook, wasmtime::CallHook::ReturningFromHost) {
+                ctx.set_epoch_deadline(1);
             }
             Ok(())
         });
@@ -397,7 +379,6 @@ impl Guest for ComponentGuest {
                 let _ = outcome_tx.send(Err("no instance".to_owned()));
                 return;
             };
-            let polls = store.data().polls.clone();
             let result = {
                 let call = async {
                     match (handler, call) {
@@ -428,11 +409,26 @@ impl Guest for ComponentGuest {
                 let started = tokio::time::Instant::now();
                 let outer = tokio::time::sleep(limit);
                 tokio::pin!(call, outer);
-                // Each poll counted: a host call during which the task was
-                // not polled again never yielded (see the call hook).
+                // Run time: the time the task spends being polled, the
+                // guest's code and the host calls it makes without
+                // waiting, on the coarse clock (a poll that spans one of
+                // its ticks counts the tick: right on average, for a
+                // load). Waits (the client reading, an upstream, a timer)
+                // are between polls and never count. Capped at `timeout`,
+                // with or without the wall clock: before, ticks that
+                // landed in guest code were counted, which let 2 million
+                // one-byte writes run 10 s past a 2 s timeout, and charged
+                // a wait that ended in guest code (a returned list).
+                let budget_ms = guest.info.limits.timeout.as_millis() as u64;
+                let mut run_ms = 0u64;
                 let call = std::future::poll_fn(|cx| {
-                    polls.fetch_add(1, Ordering::Relaxed);
-                    call.as_mut().poll(cx)
+                    let started = crate::clock::now_ms();
+                    let polled = call.as_mut().poll(cx);
+                    run_ms += crate::clock::now_ms().saturating_sub(started);
+                    if polled.is_pending() && run_ms > budget_ms {
+                        return std::task::Poll::Ready(Err(DeadlineExceeded.into()));
+                    }
+                    polled
                 });
                 tokio::pin!(call);
                 let finished = loop {
@@ -464,11 +460,11 @@ impl Guest for ComponentGuest {
             // failed: its body must end as an abort, never as a complete
             // response, and its instance is not given back (it would keep
             // the client waiting on what it holds).
-            let result =
-                result.and_then(|()| match unfinished_answer(&mut store.data_mut().table) {
-                    Some(what) => Err(format!("returned without {what}")),
-                    None => Ok(()),
-                });
+            let left = leftovers(&mut store.data_mut().table);
+            let result = result.and_then(|()| match left.unfinished {
+                Some(what) => Err(format!("returned without {what}")),
+                None => Ok(()),
+            });
             store.data_mut().flush_output();
             if store.data().kv.saw_unavailable && result.is_err() {
                 task_store_down.store(true, Ordering::Relaxed);
@@ -480,11 +476,15 @@ impl Guest for ComponentGuest {
             // response body's sender) is dropped or given back.
             let ok = result.is_ok();
             let _ = outcome_tx.send(result);
-            if ok {
+            if ok && !left.request {
                 lease.finish();
             }
         });
         let abort = task.abort_handle();
+        // Until a response body takes over the task, a client that goes
+        // away (the connection closed, an HTTP/2 reset) drops this future:
+        // the guest stops then, and gives back its instance and its place.
+        let mut running = AbortOnDrop(Some(abort.clone()));
         match head_rx.recv().await {
             Ok(Ok((res, sent))) => {
                 // 1xx is not an answer (hyper would send it as the final
@@ -534,8 +534,10 @@ impl Guest for ComponentGuest {
                     }
                     Err(_) => outcome_rx,
                 };
-                let res =
-                    res.map(|b| Body::stream(GuestBody::new(b, outcome_rx, abort, sent, limit)));
+                running.0 = None;
+                let res = res.map(|b| {
+                    Body::stream(GuestBody::new(b, outcome_rx, abort, sent, limit, declared))
+                });
                 Ok(res)
             }
             Ok(Err(code)) => {
@@ -553,41 +555,6 @@ impl Guest for ComponentGuest {
                 let store_down = store_down.load(Ordering::Relaxed);
                 Err(self.no_response(&failure, &input.verdict, store_down, &id))
             }
-        }
-    }
-}
-
-/// A request made into a guest's resources, per world.
-enum Call {
-    P2(
-        wasmtime::component::Resource<wasmtime_wasi_http::p2::types::HostIncomingRequest>,
-        wasmtime::component::Resource<wasmtime_wasi_http::p2::types::HostResponseOutparam>,
-    ),
-    #[cfg(feature = "p3")]
-    P3(p3_serve::Prepared, oneshot::Sender<Head>),
-}
-
-/// What the guest answered: its response (with, for p3, the signal its
-/// event loop waits for, dropped once the body is sent or abandoned), or
-/// its own error code.
-type Head = Result<(Response<HyperOutgoingBody>, Option<oneshot::Sender<()>>), GuestCode>;
-
-/// Where the guest's answer will come from, per world.
-enum HeadRx {
-    P2(oneshot::Receiver<Result<Response<HyperOutgoingBody>, ErrorCode>>),
-    #[cfg(feature = "p3")]
-    P3(oneshot::Receiver<Head>),
-}
-
-impl HeadRx {
-    /// The guest's answer, when it comes; an error if it never will.
-    async fn recv(self) -> Result<Head, oneshot::error::RecvError> {
-        match self {
-            HeadRx::P2(rx) => rx
-                .await
-                .map(|r| r.map(|res| (res, None)).map_err(|c| p2_code(&c))),
-            #[cfg(feature = "p3")]
-            HeadRx::P3(rx) => rx.await,
         }
     }
 }

@@ -19,8 +19,9 @@ use wasmtime_wasi_http::p3::bindings::Service;
 use wasmtime_wasi_http::p3::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{WasiHttpView, p3};
 
+use super::call::Head;
+use super::failure::GuestCode;
 use super::host::ComponentHost;
-use super::{GuestCode, Head};
 use crate::request::RequestError;
 
 /// A request made into the guest's resources, with the future that

@@ -24,6 +24,10 @@
 //! | `/leak-out` | forgets its response outparam (never set, never dropped) and returns |
 //! | `/leak-body?n=N` | sets a 200, writes N KiB, forgets the body without finishing it, and returns |
 //! | `/host-spin?n=S` | sets a 200, then for S seconds asks the host for 8 MB of random bytes at a time (CPU spent in host calls), writing a byte after each |
+//! | `/leak-in` | reads nothing of the request body, forgets the request, its body and the stream, then 200 |
+//! | `/tiny?n=S` | sets a 200, then for S seconds writes one byte at a time (CPU in many small host calls) |
+//! | `/cl-long` | declares `content-length: 10` and writes 100 bytes |
+//! | `/no-content` | answers 204 with a `content-length: 5` header and no body |
 //! | `/headers-bomb?n=N` | builds N header sets of 60 KB each and keeps them, then 200 |
 
 use wasi::http::outgoing_handler;
@@ -141,6 +145,54 @@ impl wasi::exports::http::incoming_handler::Guest for Faults {
                     }
                 }
                 drop(stream);
+                let _ = OutgoingBody::finish(body, None);
+            }
+            "/leak-in" => {
+                let Ok(body) = request.consume() else { return };
+                let Ok(stream) = body.stream() else { return };
+                std::mem::forget(stream);
+                std::mem::forget(body);
+                std::mem::forget(request);
+                respond(out, 200, b"leaked")
+            }
+            "/tiny" => {
+                let Some(body) = start(out, 200) else { return };
+                let Ok(stream) = body.write() else { return };
+                let until = wasi::clocks::monotonic_clock::now() + n() as u64 * 1_000_000_000;
+                while wasi::clocks::monotonic_clock::now() < until {
+                    if stream.blocking_write_and_flush(b"x").is_err() {
+                        return;
+                    }
+                }
+                drop(stream);
+                let _ = OutgoingBody::finish(body, None);
+            }
+            "/cl-long" => {
+                let Ok(headers) =
+                    Fields::from_list(&[("content-length".to_owned(), b"10".to_vec())])
+                else {
+                    return;
+                };
+                let response = OutgoingResponse::new(headers);
+                let Ok(body) = response.body() else { return };
+                ResponseOutparam::set(out, Ok(response));
+                if let Ok(stream) = body.write() {
+                    let _ = stream.write(&[b'c'; 100]);
+                    let _ = stream.flush();
+                    drop(stream);
+                }
+                let _ = OutgoingBody::finish(body, None);
+            }
+            "/no-content" => {
+                let Ok(headers) =
+                    Fields::from_list(&[("content-length".to_owned(), b"5".to_vec())])
+                else {
+                    return;
+                };
+                let response = OutgoingResponse::new(headers);
+                let _ = response.set_status_code(204);
+                let Ok(body) = response.body() else { return };
+                ResponseOutparam::set(out, Ok(response));
                 let _ = OutgoingBody::finish(body, None);
             }
             "/headers-bomb" => {
