@@ -174,6 +174,17 @@ where
     }
 }
 
+/// What the guest answered: its response (with, for p3, the signal its
+/// event loop waits for, dropped once the body is sent or abandoned), or
+/// its own error code.
+pub(super) type Head = Result<
+    (
+        http::Response<HyperOutgoingBody>,
+        Option<oneshot::Sender<()>>,
+    ),
+    super::failure::GuestCode,
+>;
+
 /// How the guest's request ended, sent before its store is dropped.
 pub(crate) type Outcome = Result<(), String>;
 

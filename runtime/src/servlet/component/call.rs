@@ -7,7 +7,8 @@ use tokio::sync::oneshot;
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
-use super::failure::{GuestCode, p2_code};
+use super::body::Head;
+use super::failure::p2_code;
 #[cfg(feature = "p3")]
 use super::p3_serve;
 
@@ -31,12 +32,6 @@ pub(super) enum Call {
     #[cfg(feature = "p3")]
     P3(p3_serve::Prepared, oneshot::Sender<Head>),
 }
-
-/// What the guest answered: its response (with, for p3, the signal its
-/// event loop waits for, dropped once the body is sent or abandoned), or
-/// its own error code.
-pub(super) type Head =
-    Result<(Response<HyperOutgoingBody>, Option<oneshot::Sender<()>>), GuestCode>;
 
 /// Where the guest's answer will come from, per world.
 pub(super) enum HeadRx {

@@ -19,7 +19,7 @@ use wasmtime_wasi_http::p3::bindings::Service;
 use wasmtime_wasi_http::p3::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{WasiHttpView, p3};
 
-use super::call::Head;
+use super::body::Head;
 use super::failure::GuestCode;
 use super::host::ComponentHost;
 use crate::request::RequestError;
