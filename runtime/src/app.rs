@@ -24,7 +24,7 @@ use crate::config::{AdminConfig, Config, LogConfig, ServerConfig};
 use crate::observe::Observe;
 use crate::observe::access_log::{self, AccessLog, Entry, RequestText};
 use crate::observe::counters::RouteCounters;
-use crate::request::{BodyPolicy, Peer, RequestError, RequestId, path};
+use crate::request::{BodyPolicy, Peer, RequestError, RequestId, checks, path};
 use crate::servlet::{CallContext, Loader, LoaderError, Route, Target};
 use crate::site::{Site, Sites};
 use crate::static_files::{self, CacheError};
@@ -319,7 +319,7 @@ impl App {
         if !https && self.redirects_http() {
             // The Host goes into the Location: checked as for any request,
             // and a request without one cannot be redirected.
-            let redirect = check_host(&req).and_then(|()| {
+            let redirect = checks::host(&req).and_then(|()| {
                 self.redirect_to_https(&req)
                     .ok_or(RequestError::BadRequest("no usable Host to redirect to"))
             });
@@ -378,7 +378,8 @@ impl App {
         id: RequestId,
         hit: &mut Option<&'s Route>,
     ) -> Result<Response<Body>, RequestError> {
-        check_host(&req)?;
+        checks::host(&req)?;
+        checks::framing(req.headers())?;
         if let Some(len) = req.headers().get(header::CONTENT_LENGTH) {
             match len.to_str().ok().and_then(|s| s.parse::<u64>().ok()) {
                 Some(n) if n > self.server.max_body_bytes => {
@@ -454,81 +455,6 @@ async fn answer_or_500(
     }
 }
 
-/// RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host, and no
-/// request may carry several or a malformed one. A Host that disagrees
-/// with an absolute-form target (or HTTP/2's `:authority`) is refused
-/// too: two names for one request is how caches get poisoned.
-fn check_host<B>(req: &Request<B>) -> Result<(), RequestError> {
-    let mut values = req.headers().get_all(header::HOST).iter();
-    let host = values.next();
-    if values.next().is_some() {
-        return Err(RequestError::BadRequest("more than one Host header"));
-    }
-    let Some(host) = host else {
-        return if req.version() == http::Version::HTTP_11 {
-            Err(RequestError::BadRequest("HTTP/1.1 request without Host"))
-        } else {
-            Ok(())
-        };
-    };
-    let value = host.as_bytes();
-    if !value.iter().all(|&b| is_authority_byte(b)) {
-        return Err(RequestError::BadRequest("malformed Host"));
-    }
-    if let Some(authority) = req.uri().authority() {
-        let (name, port) = split_port(value);
-        let same_name = name.eq_ignore_ascii_case(authority.host().as_bytes());
-        let same_port = match (port, authority.port_u16()) {
-            (Some(p), Some(q)) => p == q.to_string().as_bytes(),
-            _ => true,
-        };
-        if !same_name || !same_port {
-            return Err(RequestError::BadRequest(
-                "Host disagrees with the request target",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Bytes an RFC 3986 authority (host and port, no userinfo) may hold.
-fn is_authority_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'-' | b'.'
-                | b'_'
-                | b'~'
-                | b'%'
-                | b'!'
-                | b'$'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b'+'
-                | b','
-                | b';'
-                | b'='
-                | b':'
-                | b'['
-                | b']'
-        )
-}
-
-/// `name:port` → (`name`, `port`); IPv6 literals keep their brackets.
-fn split_port(host: &[u8]) -> (&[u8], Option<&[u8]>) {
-    let after_literal = host.iter().position(|&b| b == b']').map_or(0, |i| i + 1);
-    match host[after_literal..].iter().position(|&b| b == b':') {
-        Some(i) => (
-            &host[..after_literal + i],
-            Some(&host[after_literal + i + 1..]),
-        ),
-        None => (host, None),
-    }
-}
-
 /// The one mapping from a failed request to its response: the error's own
 /// page, or the site's `404.html` for a missing path.
 fn error_response(e: RequestError, site: &Site, head: bool, id: RequestId) -> Response<Body> {
@@ -565,19 +491,5 @@ mod tests {
         assert_eq!(res.status(), 500);
         let res = answer_or_500(async { Response::new(Body::from("fine")) }, id).await;
         assert_eq!(res.status(), 200);
-    }
-
-    #[test]
-    fn host_ports_split_after_ipv6_literals() {
-        assert_eq!(
-            split_port(b"a.example:80"),
-            (&b"a.example"[..], Some(&b"80"[..]))
-        );
-        assert_eq!(split_port(b"a.example"), (&b"a.example"[..], None));
-        assert_eq!(
-            split_port(b"[::1]:8080"),
-            (&b"[::1]"[..], Some(&b"8080"[..]))
-        );
-        assert_eq!(split_port(b"[::1]"), (&b"[::1]"[..], None));
     }
 }

@@ -404,3 +404,142 @@ async fn large_files_stream_from_disk_with_ranges() -> Result<()> {
     assert_eq!(stats.streamed_files, 1);
     Ok(())
 }
+
+/// RFC 9110 §13.2.2's order: If-Match (strong) or If-Unmodified-Since
+/// fails with 412 before anything else; If-None-Match on several lines is
+/// one list; a future If-Modified-Since is ignored.
+#[tokio::test]
+async fn preconditions_fail_with_412_and_odd_validators_are_read_right() -> Result<()> {
+    let (_site, server) = server().await?;
+    let r = server.get("/plain.txt").await?;
+    let etag = r.header("etag").to_owned();
+    let modified = r.header("last-modified").to_owned();
+    let status = |r: swan_tests::Reply| r.status;
+    for (headers, expect) in [
+        (
+            vec![("if-match", "\"nope\"")],
+            StatusCode::PRECONDITION_FAILED,
+        ),
+        (
+            vec![("if-match", "\"nope\""), ("range", "bytes=0-3")],
+            StatusCode::PRECONDITION_FAILED,
+        ),
+        (vec![("if-match", "*")], StatusCode::OK),
+        (
+            vec![("if-match", &format!("\"x\", {etag}"))],
+            StatusCode::OK,
+        ),
+        (
+            vec![("if-unmodified-since", "Thu, 01 Jan 1970 00:00:00 GMT")],
+            StatusCode::PRECONDITION_FAILED,
+        ),
+        (vec![("if-unmodified-since", &modified)], StatusCode::OK),
+        (vec![("if-unmodified-since", "not a date")], StatusCode::OK),
+        // If-Match wins over If-Unmodified-Since.
+        (
+            vec![
+                ("if-match", &etag),
+                ("if-unmodified-since", "Thu, 01 Jan 1970 00:00:00 GMT"),
+            ],
+            StatusCode::OK,
+        ),
+        (
+            vec![("if-none-match", "\"x\""), ("if-none-match", &etag)],
+            StatusCode::NOT_MODIFIED,
+        ),
+        (
+            vec![("if-modified-since", "Fri, 01 Jan 2100 00:00:00 GMT")],
+            StatusCode::OK,
+        ),
+        (
+            vec![("if-modified-since", &modified)],
+            StatusCode::NOT_MODIFIED,
+        ),
+        // Range units are case-insensitive; signs are not digits.
+        (vec![("range", "BYTES=0-1")], StatusCode::PARTIAL_CONTENT),
+        (vec![("range", "bytes=+1-+3")], StatusCode::OK),
+        (
+            vec![("range", "bytes=0-99999999999999999999999")],
+            StatusCode::PARTIAL_CONTENT,
+        ),
+    ] {
+        assert_eq!(
+            status(server.get_with("/plain.txt", &headers).await?),
+            expect,
+            "{headers:?}"
+        );
+    }
+    Ok(())
+}
+
+/// A replaced precompressed sibling changes its variant's strong ETag, so
+/// caches holding the old bytes revalidate to the new ones.
+#[tokio::test]
+async fn a_replaced_precompressed_sibling_gets_a_new_etag() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/app.js", "console.log('identity');\n".repeat(40))?;
+    site.file("www/app.js.gz", "first-gzip-bytes")?;
+    let config = site.config("[[site]]\nroot = \"www\"\n")?;
+    let server = TestServer::start_watching(config).await?;
+    let gz = [("accept-encoding", "gzip")];
+    let first = server.get_with("/app.js", &gz).await?;
+    assert_eq!(first.text(), "first-gzip-bytes");
+    let old_etag = first.header("etag").to_owned();
+    site.file("www/app.js.gz", "second-gzip-bytes-longer")?;
+    assert!(
+        swan_tests::eventually(Duration::from_secs(10), || async {
+            server
+                .get_with("/app.js", &gz)
+                .await
+                .is_ok_and(|r| r.text() == "second-gzip-bytes-longer")
+        })
+        .await,
+        "the new sibling was never served"
+    );
+    let second = server.get_with("/app.js", &gz).await?;
+    assert_ne!(second.header("etag"), old_etag);
+    let revalidated = server
+        .get_with(
+            "/app.js",
+            &[("accept-encoding", "gzip"), ("if-none-match", &old_etag)],
+        )
+        .await?;
+    assert_eq!(revalidated.status, StatusCode::OK);
+    Ok(())
+}
+
+/// Two readings of one body are refused: different Content-Lengths or
+/// several Transfer-Encoding lines get 400 and the connection closes.
+/// With both headers, Transfer-Encoding wins and the connection closes
+/// after the answer (RFC 9112 §6.3): nothing behind it is read as a
+/// request.
+#[tokio::test]
+async fn ambiguous_body_framing_is_refused_and_the_connection_closed() -> Result<()> {
+    let (_site, server) = server().await?;
+    let next = "GET /plain.txt HTTP/1.1\r\nHost: a\r\n\r\n";
+    for (request, refused) in [
+        // Two equal lengths are one (RFC 9110 §8.6 allows that reading).
+        ("Content-Length: 0\r\nContent-Length: 5\r\n\r\n", true),
+        (
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            true,
+        ),
+        (
+            "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            false,
+        ),
+    ] {
+        let raw = format!("GET /plain.txt HTTP/1.1\r\nHost: a\r\n{request}{next}");
+        let reply = server.raw(raw.as_bytes(), Duration::from_secs(5)).await?;
+        if refused {
+            assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+        }
+        assert_eq!(
+            reply.matches("HTTP/1.1 ").count(),
+            1,
+            "{request:?}: {reply}"
+        );
+    }
+    Ok(())
+}

@@ -302,7 +302,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
             Unit {
                 what: "duration",
                 expected: "a duration string",
-                hint: "write a string with a unit: \"500ms\", \"10s\", \"2m\", \"1h\"",
+                hint: "write a string with a unit, at most a year: \"500ms\", \"10s\", \"2m\", \"1h\"",
                 parse: parse_duration,
                 integer: None,
             },
@@ -511,8 +511,14 @@ pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
         "h" => number * 3600.0,
         _ => return None,
     };
-    Duration::try_from_secs_f64(seconds).ok()
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| *d <= MAX_DURATION)
 }
+
+/// The longest duration any key takes (a year): past it, millisecond
+/// arithmetic on timeouts would overflow into tiny ones.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 #[cfg(test)]
 mod tests {

@@ -146,7 +146,7 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             "exactly one site may have `default = true`",
         ),
     }
-    let mut seen: Vec<(&str, &str)> = Vec::new();
+    let mut seen: Vec<(&str, usize)> = Vec::new();
     for (i, site) in config.sites.iter().enumerate() {
         // Metrics, the status page and reloads know a site by its name.
         if config.sites[..i].iter().any(|s| s.name == site.name) {
@@ -157,14 +157,23 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             );
         }
         for host in &site.hosts {
-            if let Some((_, other)) = seen.iter().find(|(h, _)| h == host) {
-                finding(
+            match seen.iter().find(|(h, _)| h == host) {
+                Some(&(_, other)) if other == i => finding(
                     At::SiteHosts(i),
-                    format!("host {host:?} is also served by site {other:?}"),
+                    format!("host {host:?} is listed twice"),
+                    "list each host name once (names are compared without case)",
+                ),
+                Some(&(_, other)) => finding(
+                    At::SiteHosts(i),
+                    format!(
+                        "host {host:?} is also served by site {:?}",
+                        config.sites[other].name
+                    ),
                     "each host name may belong to one site only",
-                );
+                ),
+                None => {}
             }
-            seen.push((host, &site.name));
+            seen.push((host, i));
         }
         let from_flag = |origin: Option<&Origin>| matches!(origin, Some(Origin::CommandLine));
         let at = positions.sites.get(i);

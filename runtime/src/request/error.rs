@@ -25,6 +25,11 @@ pub enum RequestError {
     /// doubled `Host`. The text says what, for debug logs only.
     #[error("bad request: {0}")]
     BadRequest(&'static str),
+    /// The request's body framing is ambiguous (RFC 9112 §6.3): several
+    /// `Content-Length` or `Transfer-Encoding` lines, or both. The
+    /// connection is closed: what follows cannot be trusted.
+    #[error("ambiguous body framing: {0}")]
+    AmbiguousFraming(&'static str),
     /// Nothing answers this path.
     #[error("not found")]
     NotFound,
@@ -41,6 +46,10 @@ pub enum RequestError {
     /// The request body did not arrive in time; the connection is closed.
     #[error("request body too slow")]
     BodyTimeout,
+    /// `If-Match` or `If-Unmodified-Since` did not hold (RFC 9110 §13.1.1,
+    /// §13.1.4).
+    #[error("precondition failed")]
+    PreconditionFailed,
     /// A range that starts past the end of a `len`-byte body.
     #[error("range not satisfiable")]
     RangeNotSatisfiable {
@@ -91,11 +100,14 @@ impl RequestError {
     /// The status the client gets.
     pub fn status(&self) -> StatusCode {
         match self {
-            RequestError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            RequestError::BadRequest(_) | RequestError::AmbiguousFraming(_) => {
+                StatusCode::BAD_REQUEST
+            }
             RequestError::NotFound => StatusCode::NOT_FOUND,
             RequestError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             RequestError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             RequestError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            RequestError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             RequestError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
             RequestError::ServletBusy | RequestError::StoreUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -130,7 +142,9 @@ impl RequestError {
             RequestError::MethodNotAllowed { allow } => {
                 headers.insert(header::ALLOW, HeaderValue::from_static(allow));
             }
-            RequestError::PayloadTooLarge | RequestError::BodyTimeout => {
+            RequestError::PayloadTooLarge
+            | RequestError::BodyTimeout
+            | RequestError::AmbiguousFraming(_) => {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             RequestError::RangeNotSatisfiable { len } => {

@@ -6,10 +6,12 @@
 //! - `path`: the one place a URL path is normalised (once per request);
 //! - `peer`: who the client is (PROXY protocol, trusted `X-Forwarded-For`);
 //! - `body`: reading a request body under the size and rate rules;
+//! - `checks`: the Host and body-framing checks every head passes;
 //! - `error`: [`RequestError`] and the one mapping from errors to
 //!   responses.
 
 pub mod body;
+pub(crate) mod checks;
 pub mod error;
 pub mod id;
 pub mod path;

@@ -187,7 +187,18 @@ pub(crate) fn ended_with(
     let status = if e.is::<Dropped>() {
         state.head_pending().then_some(408)
     } else {
-        e.downcast_ref::<hyper::Error>().and_then(refused_status)
+        e.downcast_ref::<hyper::Error>()
+            .and_then(refused_status)
+            // The stream sent hyper's 431 as a 414 (see `WatchedIo`).
+            .map(|s| match s {
+                431 if state
+                    .uri_too_long
+                    .load(std::sync::atomic::Ordering::Relaxed) =>
+                {
+                    414
+                }
+                s => s,
+            })
     };
     if let Some(status) = status {
         refused(observe, peer, status);

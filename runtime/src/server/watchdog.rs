@@ -148,6 +148,8 @@ pub(crate) struct ConnState {
     /// The request being handled came without a body: when it ends, a
     /// partial tail is the next request's head.
     bodyless: AtomicBool,
+    /// hyper's 431 went out as a 414 (the request line never ended).
+    pub(crate) uri_too_long: AtomicBool,
     /// Files the service leaves for the stream to send itself; also
     /// whether everything written has been flushed.
     pub(crate) sendfile: Handoff,
@@ -169,6 +171,7 @@ impl ConnState {
             release: AtomicBool::new(false),
             partial_tail: AtomicBool::new(false),
             bodyless: AtomicBool::new(false),
+            uri_too_long: AtomicBool::new(false),
             sendfile: Handoff::default(),
         }
     }
@@ -486,7 +489,10 @@ impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
             return result;
         }
         let result = match this.precise_status(data) {
-            Some(rewritten) => Pin::new(&mut this.inner).poll_write(cx, &rewritten),
+            Some(rewritten) => {
+                this.state.uri_too_long.store(true, Ordering::Relaxed);
+                Pin::new(&mut this.inner).poll_write(cx, &rewritten)
+            }
             None => Pin::new(&mut this.inner).poll_write(cx, data),
         };
         this.state.touch_write(&result);

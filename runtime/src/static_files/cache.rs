@@ -446,15 +446,16 @@ impl Loader<'_> {
         let mut variants: [Option<Variant>; 2] = [None, None];
         for (slot, encoding) in variants.iter_mut().zip([Encoding::Brotli, Encoding::Gzip]) {
             let sibling = PathBuf::from(format!("{}.{}", path.display(), encoding.suffix()));
+            // A sibling's tag names its own bytes too (a new `.gz`, a new tag).
             let body = match self.read_sibling(&sibling) {
-                Some(bytes) => Some(bytes),
+                Some(bytes) => Some((format!("-{:016x}", content_hash(&bytes)), bytes)),
                 None if self.site.cache.compress && compress::is_compressible(ct) => {
-                    compress::compress(&data, encoding)
+                    compress::compress(&data, encoding).map(|b| (String::new(), b))
                 }
                 None => None,
             };
-            if let Some(body) = body {
-                let etag = quoted_etag(&format!("{hash:016x}-{}", encoding.suffix()));
+            if let Some((own, body)) = body {
+                let etag = quoted_etag(&format!("{hash:016x}{own}-{}", encoding.suffix()));
                 let rep = self.representation(
                     &content_type,
                     body.len() as u64,

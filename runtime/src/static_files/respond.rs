@@ -66,7 +66,7 @@ fn from_memory<B>(
     } else {
         choose_variant(file, headers)
     };
-    if let Some(res) = not_modified(&variant.rep, file.modified, headers) {
+    if let Some(res) = not_modified(&variant.rep, file.modified, headers)? {
         return Ok(res);
     }
     if let Some(range) = range {
@@ -128,7 +128,7 @@ async fn from_disk<B>(
         None => (&file.rep, file.modified),
     };
     let headers = req.headers();
-    if let Some(res) = not_modified(rep, modified, headers) {
+    if let Some(res) = not_modified(rep, modified, headers)? {
         return Ok(res);
     }
     let (start, len, partial_range) = match headers.get(header::RANGE) {
@@ -179,30 +179,60 @@ fn choose_variant<'f>(file: &'f CachedFile, headers: &HeaderMap) -> &'f Variant 
     }
 }
 
-/// A 304 when the client's validators match; If-None-Match wins over
-/// If-Modified-Since.
+/// The client's conditions, in RFC 9110 §13.2.2's order: 412 when
+/// `If-Match` (strong comparison) or, without it, `If-Unmodified-Since`
+/// does not hold; then a 304 when `If-None-Match` (weak comparison) or,
+/// without it, `If-Modified-Since` says the client's copy is current. A
+/// date that cannot be parsed, or one in the future, is ignored (§13.1.3,
+/// §13.1.4). A condition sent on several field lines is one list.
 fn not_modified(
     rep: &Representation,
     modified: SystemTime,
     headers: &HeaderMap,
-) -> Option<Response<Body>> {
-    let fresh = if let Some(inm) = headers.get(header::IF_NONE_MATCH) {
-        etag_list_matches_weak(inm.as_bytes(), rep.etag.as_bytes())
-    } else if let Some(ims) = headers.get(header::IF_MODIFIED_SINCE) {
-        ims.to_str()
-            .ok()
+) -> Result<Option<Response<Body>>, RequestError> {
+    let date = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
             .and_then(|s| httpdate::parse_http_date(s).ok())
-            .is_some_and(|since| modified <= since)
+    };
+    // Last-Modified has whole seconds; the file's time may have more.
+    // Only computed when a date is compared (a cache hit without one
+    // allocates nothing here).
+    let modified_s =
+        || httpdate::parse_http_date(&httpdate::fmt_http_date(modified)).unwrap_or(modified);
+    if headers.contains_key(header::IF_MATCH) {
+        let holds = headers.get_all(header::IF_MATCH).iter().any(|v| {
+            v.as_bytes()
+                .split(|b| *b == b',')
+                .map(<[u8]>::trim_ascii)
+                .any(|t| t == b"*" || t == rep.etag.as_bytes())
+        });
+        if !holds {
+            return Err(RequestError::PreconditionFailed);
+        }
+    } else if let Some(since) = date(header::IF_UNMODIFIED_SINCE)
+        && modified_s() > since
+    {
+        return Err(RequestError::PreconditionFailed);
+    }
+    let fresh = if headers.contains_key(header::IF_NONE_MATCH) {
+        headers
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .any(|v| etag_list_matches_weak(v.as_bytes(), rep.etag.as_bytes()))
+    } else if let Some(since) = date(header::IF_MODIFIED_SINCE) {
+        modified_s() <= since && since <= SystemTime::now()
     } else {
         false
     };
-    fresh.then(|| {
+    Ok(fresh.then(|| {
         with_headers(
             StatusCode::NOT_MODIFIED,
             rep.not_modified.clone(),
             Body::empty(),
         )
-    })
+    }))
 }
 
 /// Weak comparison of `etag` against a list (or `*`) from If-None-Match.
@@ -253,7 +283,13 @@ fn byte_range(
     let Ok(value) = range.to_str() else {
         return RangeAnswer::Full;
     };
-    let Some(spec) = value.trim().strip_prefix("bytes=") else {
+    // The unit is case-insensitive (RFC 9110 §14.1).
+    let value = value.trim();
+    let Some(spec) = value
+        .get(..6)
+        .filter(|unit| unit.eq_ignore_ascii_case("bytes="))
+        .map(|_| &value[6..])
+    else {
         return RangeAnswer::Full;
     };
     if spec.contains(',') {
@@ -264,9 +300,15 @@ fn byte_range(
     };
     let len = rep.len;
     let (first, last) = (first.trim(), last.trim());
+    // Positions are digits only (no sign); one too large for a u64 is
+    // past any end.
+    let position = |s: &str| -> Option<u64> {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u64>().unwrap_or(u64::MAX))
+    };
     if first.is_empty() {
         // Suffix range: the last N bytes.
-        let Ok(n) = last.parse::<u64>() else {
+        let Some(n) = position(last) else {
             return RangeAnswer::Full;
         };
         if n == 0 || len == 0 {
@@ -274,14 +316,14 @@ fn byte_range(
         }
         return RangeAnswer::Partial(len.saturating_sub(n), len - 1);
     }
-    let Ok(start) = first.parse::<u64>() else {
+    let Some(start) = position(first) else {
         return RangeAnswer::Full;
     };
     let end = if last.is_empty() {
         u64::MAX
     } else {
-        match last.parse::<u64>() {
-            Ok(e) if e >= start => e,
+        match position(last) {
+            Some(e) if e >= start => e,
             _ => return RangeAnswer::Full,
         }
     };

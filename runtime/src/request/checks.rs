@@ -1,0 +1,122 @@
+//! The checks every request's head passes before it is routed: one
+//! well-formed Host that agrees with the target, and one reading of its
+//! body's length.
+
+use http::{Request, header};
+
+use super::RequestError;
+
+/// RFC 9112 §6.3: a request with several `Content-Length` lines, several
+/// `Transfer-Encoding` lines, or both headers is refused (as NGINX does),
+/// though hyper would pick one reading: two readings of one request are
+/// how requests get smuggled past a proxy that picked the other.
+pub(crate) fn framing(headers: &http::HeaderMap) -> Result<(), RequestError> {
+    let lengths = headers.get_all(header::CONTENT_LENGTH).iter().count();
+    let encodings = headers.get_all(header::TRANSFER_ENCODING).iter().count();
+    match (lengths, encodings) {
+        (0 | 1, 0) | (0, 1) => Ok(()),
+        (_, 0) => Err(RequestError::AmbiguousFraming(
+            "more than one Content-Length",
+        )),
+        (0, _) => Err(RequestError::AmbiguousFraming(
+            "more than one Transfer-Encoding",
+        )),
+        _ => Err(RequestError::AmbiguousFraming(
+            "Content-Length with Transfer-Encoding",
+        )),
+    }
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host, and no
+/// request may carry several or a malformed one. A Host that disagrees
+/// with an absolute-form target (or HTTP/2's `:authority`) is refused
+/// too: two names for one request is how caches get poisoned.
+pub(crate) fn host<B>(req: &Request<B>) -> Result<(), RequestError> {
+    let mut values = req.headers().get_all(header::HOST).iter();
+    let host = values.next();
+    if values.next().is_some() {
+        return Err(RequestError::BadRequest("more than one Host header"));
+    }
+    let Some(host) = host else {
+        return if req.version() == http::Version::HTTP_11 {
+            Err(RequestError::BadRequest("HTTP/1.1 request without Host"))
+        } else {
+            Ok(())
+        };
+    };
+    let value = host.as_bytes();
+    if !value.iter().all(|&b| is_authority_byte(b)) {
+        return Err(RequestError::BadRequest("malformed Host"));
+    }
+    if let Some(authority) = req.uri().authority() {
+        let (name, port) = split_port(value);
+        let same_name = name.eq_ignore_ascii_case(authority.host().as_bytes());
+        let same_port = match (port, authority.port_u16()) {
+            (Some(p), Some(q)) => p == q.to_string().as_bytes(),
+            _ => true,
+        };
+        if !same_name || !same_port {
+            return Err(RequestError::BadRequest(
+                "Host disagrees with the request target",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Bytes an RFC 3986 authority (host and port, no userinfo) may hold.
+fn is_authority_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'.'
+                | b'_'
+                | b'~'
+                | b'%'
+                | b'!'
+                | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b';'
+                | b'='
+                | b':'
+                | b'['
+                | b']'
+        )
+}
+
+/// `name:port` → (`name`, `port`); IPv6 literals keep their brackets.
+fn split_port(host: &[u8]) -> (&[u8], Option<&[u8]>) {
+    let after_literal = host.iter().position(|&b| b == b']').map_or(0, |i| i + 1);
+    match host[after_literal..].iter().position(|&b| b == b':') {
+        Some(i) => (
+            &host[..after_literal + i],
+            Some(&host[after_literal + i + 1..]),
+        ),
+        None => (host, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_ports_split_after_ipv6_literals() {
+        assert_eq!(
+            split_port(b"a.example:80"),
+            (&b"a.example"[..], Some(&b"80"[..]))
+        );
+        assert_eq!(split_port(b"a.example"), (&b"a.example"[..], None));
+        assert_eq!(
+            split_port(b"[::1]:8080"),
+            (&b"[::1]"[..], Some(&b"8080"[..]))
+        );
+        assert_eq!(split_port(b"[::1]"), (&b"[::1]"[..], None));
+    }
+}
