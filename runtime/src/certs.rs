@@ -75,29 +75,40 @@ fn pem_reason(e: &rustls::pki_types::pem::Error) -> String {
     }
 }
 
-/// What is wrong with when the leaf certificate of `key` is valid, if
-/// anything: it has expired, or is not valid yet. Clients refuse such a
-/// certificate, so a reload keeps the one serving instead, and start-up
-/// and `swan check` say so.
-pub fn validity_problem(key: &CertifiedKey) -> Option<String> {
+/// When the leaf certificate of a pair is valid, for people.
+#[derive(Debug, Clone)]
+pub struct Validity {
+    /// What is wrong with it now, if anything: it has expired, or is not
+    /// valid yet. Clients refuse such a certificate, so a reload keeps the
+    /// one serving instead, and start-up and `swan check` say so.
+    pub problem: Option<String>,
+    /// When it expires.
+    pub expires: String,
+}
+
+/// The validity of `key`'s leaf certificate; `None` when it cannot be read
+/// (rustls served it, so that does not stop it serving).
+pub fn validity(key: &CertifiedKey) -> Option<Validity> {
     let leaf = key.cert.first()?;
     let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
-    let validity = cert.validity();
+    let v = cert.validity();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    if now > validity.not_after.timestamp() {
-        Some(format!("expired on {}", validity.not_after))
-    } else if now < validity.not_before.timestamp() {
-        Some(format!("is not valid before {}", validity.not_before))
+    let problem = if now > v.not_after.timestamp() {
+        Some(format!("expired on {}", v.not_after))
+    } else if now < v.not_before.timestamp() {
+        Some(format!("is not valid before {}", v.not_before))
     } else {
         None
-    }
+    };
+    Some(Validity {
+        problem,
+        expires: v.not_after.to_string(),
+    })
 }
 
-/// When the leaf certificate of `key` expires, for people.
-pub fn expires(key: &CertifiedKey) -> Option<String> {
-    let leaf = key.cert.first()?;
-    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
-    Some(cert.validity().not_after.to_string())
+/// [`validity`]'s problem, if any.
+pub fn validity_problem(key: &CertifiedKey) -> Option<String> {
+    validity(key).and_then(|v| v.problem)
 }

@@ -413,16 +413,19 @@ fn request_heads_refused_before_the_app_are_logged_and_counted() {
     stop(s.child);
 }
 
-/// With the access log on stdout, stdout carries access lines only (the
-/// banner goes to stderr); a reload that changes `[log]` says a restart is
-/// needed, and the running log keeps its format.
-#[test]
-fn stdout_is_left_to_the_access_log_and_log_changes_ask_for_a_restart() {
-    let config = "[server]\nlisten = [\"127.0.0.1:0\"]\n[log]\naccess = \"stdout\"\n\
-                  [[site]]\nname = \"main\"\nroot = \"www\"\n";
-    let dir = with_servlets(config);
+/// Starts `swan serve` in `dir` with its access log on stdout: the child
+/// (stdout still piped), the public address from the banner, which is on
+/// stderr, and stderr's lines as they come (read by a thread, so swan never
+/// blocks on it).
+fn serve_logging_to_stdout(
+    dir: &std::path::Path,
+) -> (
+    std::process::Child,
+    String,
+    std::sync::mpsc::Receiver<String>,
+) {
     let mut child = support::swan()
-        .current_dir(dir.path())
+        .current_dir(dir)
         .arg("serve")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -435,23 +438,37 @@ fn stdout_is_left_to_the_access_log_and_log_changes_ask_for_a_restart() {
             let _ = err_tx.send(line);
         }
     });
-    let wait_for = |needle: &str| {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match err_rx.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return Some(line),
-                Ok(_) => {}
-                Err(_) => return None,
-            }
-        }
-        None
-    };
-    let banner = wait_for("http://").expect("the banner on stderr");
+    let banner = stderr_line(&err_rx, "http://").expect("the banner on stderr");
     let public = banner
         .split_whitespace()
         .find_map(|w| w.strip_prefix("http://"))
         .map(|a| a.trim_end_matches('/').to_owned())
         .expect("address");
+    (child, public, err_rx)
+}
+
+/// The next stderr line holding `needle`, within 15 s.
+fn stderr_line(lines: &std::sync::mpsc::Receiver<String>, needle: &str) -> Option<String> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => return Some(line),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// With the access log on stdout, stdout carries access lines only (the
+/// banner goes to stderr); a reload that changes `[log]` says a restart is
+/// needed, and the running log keeps its format.
+#[test]
+fn stdout_is_left_to_the_access_log_and_log_changes_ask_for_a_restart() {
+    let config = "[server]\nlisten = [\"127.0.0.1:0\"]\n[log]\naccess = \"stdout\"\n\
+                  [[site]]\nname = \"main\"\nroot = \"www\"\n";
+    let dir = with_servlets(config);
+    let (mut child, public, err_rx) = serve_logging_to_stdout(dir.path());
     let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
     let mut first = String::new();
     assert_eq!(status_of(&get(&public, "/")), 200);
@@ -470,7 +487,7 @@ fn stdout_is_left_to_the_access_log_and_log_changes_ask_for_a_restart() {
     )
     .expect("config");
     assert!(
-        wait_for("[log] or [admin] settings changed").is_some(),
+        stderr_line(&err_rx, "[log] or [admin] settings changed").is_some(),
         "no restart warning"
     );
     assert_eq!(status_of(&get(&public, "/missing")), 404);
@@ -485,39 +502,17 @@ fn stdout_is_left_to_the_access_log_and_log_changes_ask_for_a_restart() {
 }
 
 /// The access log on a stdout nobody reads: requests are still served,
-/// and a stop still ends the process, within its drain and the log's
-/// wait, with the lines it could not write counted.
+/// and a stop still ends the process (exit 0), within its drain and the
+/// log's wait.
 #[test]
 fn a_stdout_log_nobody_reads_does_not_hold_the_stop() {
     let dir = with_servlets(
         "[server]\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\ndrain_timeout = \"2s\"\n\
          [log]\naccess = \"stdout\"\n[[site]]\nroot = \"www\"\n",
     );
-    let mut child = support::swan()
-        .current_dir(dir.path())
-        .arg("serve")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    // The banner is on stderr; stdout is held open and never read.
+    let (mut child, public, _stderr) = serve_logging_to_stdout(dir.path());
+    // stdout is held open and never read.
     let _stdout = child.stdout.take().expect("stdout");
-    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    let public = loop {
-        line.clear();
-        assert!(
-            std::io::BufRead::read_line(&mut stderr, &mut line).expect("stderr") > 0,
-            "no banner"
-        );
-        if let Some(a) = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("http://"))
-        {
-            break a.trim_end_matches('/').to_owned();
-        }
-    };
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
     // Far more lines than a pipe holds (64 KiB), on keep-alive connections.
     let long = "x".repeat(2000);
     std::thread::scope(|scope| {

@@ -488,20 +488,8 @@ async fn a_guest_returning_without_finishing_its_answer_fails_at_once() -> Resul
                 .map_err(|_| anyhow::anyhow!("leak-out hung ({reuse:?})"))??;
             assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{reuse:?}");
             // Over HTTP/1.1: no clean chunked end after the 4 KiB.
-            let mut stream = tokio::net::TcpStream::connect(server.addr()).await?;
-            tokio::io::AsyncWriteExt::write_all(
-                &mut stream,
-                b"GET /f/leak-body?n=4 HTTP/1.1\r\nHost: a\r\n\r\n",
-            )
-            .await?;
-            let mut got = Vec::new();
-            tokio::time::timeout(
-                Duration::from_secs(10),
-                tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut got),
-            )
-            .await
-            .map_err(|_| anyhow::anyhow!("leak-body hung ({reuse:?})"))??;
-            let text = String::from_utf8_lossy(&got);
+            let (text, took) = raw_get(&server, "/f/leak-body?n=4").await?;
+            assert!(took < WAIT_RAW, "leak-body hung ({reuse:?})");
             assert!(text.starts_with("HTTP/1.1 200"), "{text}");
             assert!(!text.ends_with("0\r\n\r\n"), "ended cleanly ({reuse:?})");
         }
@@ -557,30 +545,7 @@ async fn a_servlet_deployed_while_the_instance_slots_are_busy_goes_live_after() 
 #[tokio::test]
 async fn cpu_spent_in_host_calls_counts_against_the_timeout() -> Result<()> {
     let (_site, server) = start("timeout = \"500ms\"\n").await?;
-    let started = std::time::Instant::now();
-    let mut stream = tokio::net::TcpStream::connect(server.addr()).await?;
-    tokio::io::AsyncWriteExt::write_all(
-        &mut stream,
-        b"GET /f/host-spin?n=8 HTTP/1.1\r\nHost: a\r\n\r\n",
-    )
-    .await?;
-    let mut got = Vec::new();
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut got),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("never ended"))??;
-    let text = String::from_utf8_lossy(&got);
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    assert!(!text.ends_with("0\r\n\r\n"), "ran to its end");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
-    assert_eq!(server.get("/f/ok").await?.text(), "ok");
-    Ok(())
+    stopped_near_its_timeout(&server, "/f/host-spin?n=8").await
 }
 
 /// Many small writes are run time too: a guest writing one byte at a time
@@ -588,33 +553,34 @@ async fn cpu_spent_in_host_calls_counts_against_the_timeout() -> Result<()> {
 #[tokio::test]
 async fn cpu_spent_in_many_small_writes_counts_against_the_timeout() -> Result<()> {
     let (_site, server) = start("timeout = \"500ms\"\n").await?;
-    let started = std::time::Instant::now();
-    let mut stream = tokio::net::TcpStream::connect(server.addr()).await?;
-    tokio::io::AsyncWriteExt::write_all(
-        &mut stream,
-        b"GET /f/tiny?n=8 HTTP/1.1\r\nHost: a\r\n\r\n",
-    )
-    .await?;
-    let mut got = Vec::new();
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut got),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("never ended"))??;
-    let text = String::from_utf8_lossy(&got);
+    stopped_near_its_timeout(&server, "/f/tiny?n=8").await
+}
+
+/// `path` (a guest that streams for 8 s under `timeout = 500ms`) starts a
+/// 200 and is aborted well before its end; the server goes on.
+async fn stopped_near_its_timeout(server: &TestServer, path: &str) -> Result<()> {
+    let (text, took) = raw_get(server, path).await?;
     assert!(
         text.starts_with("HTTP/1.1 200"),
         "{}",
         &text[..text.len().min(200)]
     );
     assert!(!text.ends_with("0\r\n\r\n"), "ran to its end");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(server.get("/f/ok").await?.text(), "ok");
     Ok(())
+}
+
+/// How long [`raw_get`] waits for the server to close the connection.
+const WAIT_RAW: Duration = Duration::from_secs(20);
+
+/// GETs `path` on a raw HTTP/1.1 connection: what arrived until the server
+/// closed it (or [`WAIT_RAW`] passed), and how long that took.
+async fn raw_get(server: &TestServer, path: &str) -> Result<(String, Duration)> {
+    let started = std::time::Instant::now();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n");
+    let text = server.raw(request.as_bytes(), WAIT_RAW).await?;
+    Ok((text, started.elapsed()))
 }
 
 /// A client that goes away before the response head (an HTTP/2 reset)
@@ -650,7 +616,8 @@ async fn a_client_leaving_before_the_head_stops_the_guest() -> Result<()> {
 
 /// With `reuse`, an instance whose guest left the request body unread
 /// (forgotten, not dropped) is not given back: the client's next request
-/// on the same connection is answered.
+/// on the same connection no longer hangs (hyper closes a connection
+/// whose body went unread), and the servlet goes on serving.
 #[tokio::test]
 async fn an_instance_holding_its_request_body_is_not_reused() -> Result<()> {
     let (_site, server) = start("reuse = 5\nmax_concurrency = 1\n").await?;
@@ -692,8 +659,8 @@ async fn an_instance_holding_its_request_body_is_not_reused() -> Result<()> {
     })
     .await;
     let text = String::from_utf8_lossy(&next);
-    // Answered (or, where the server chose to close after an unread body,
-    // closed): never left hanging.
+    // Never left hanging: the connection goes on or (the body was never
+    // read) closes, so the client retries on another.
     assert!(answered.is_ok(), "the next request hung: {text}");
     assert_eq!(server.get("/f/ok").await?.text(), "ok");
     Ok(())
@@ -706,19 +673,12 @@ async fn an_instance_holding_its_request_body_is_not_reused() -> Result<()> {
 #[tokio::test]
 async fn a_component_body_longer_than_declared_aborts_and_204_carries_no_length() -> Result<()> {
     let (_site, server) = start("").await?;
-    let mut stream = tokio::net::TcpStream::connect(server.addr()).await?;
-    tokio::io::AsyncWriteExt::write_all(
-        &mut stream,
-        b"GET /f/cl-long HTTP/1.1\r\nHost: a\r\n\r\nGET /f/ok HTTP/1.1\r\nHost: a\r\n\r\n",
-    )
-    .await?;
-    let mut got = Vec::new();
-    let _ = tokio::time::timeout(
-        Duration::from_secs(10),
-        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut got),
-    )
-    .await;
-    let text = String::from_utf8_lossy(&got);
+    let text = server
+        .raw(
+            b"GET /f/cl-long HTTP/1.1\r\nHost: a\r\n\r\nGET /f/ok HTTP/1.1\r\nHost: a\r\n\r\n",
+            Duration::from_secs(10),
+        )
+        .await?;
     // The body never went out cut to look whole: the connection ended
     // there (the pipelined request behind it unanswered).
     assert!(

@@ -30,16 +30,16 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
     if let Some(tls) = &s.tls
         && let Ok(key) = swan::certs::load(&tls.cert, &tls.key)
     {
-        match swan::certs::validity_problem(&key) {
-            Some(problem) => errln!(
+        match swan::certs::validity(&key) {
+            Some(swan::certs::Validity {
+                problem: Some(problem),
+                ..
+            }) => errln!(
                 "warning: the TLS certificate {} {problem}: clients will refuse it",
                 tls.cert.display()
             ),
-            None => outln!(
-                "tls: {} (expires {})",
-                tls.cert.display(),
-                swan::certs::expires(&key).unwrap_or_else(|| "?".to_owned())
-            ),
+            Some(v) => outln!("tls: {} (expires {})", tls.cert.display(), v.expires),
+            None => outln!("tls: {}", tls.cert.display()),
         }
     }
     outln!("server:");

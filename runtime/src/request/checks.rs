@@ -6,25 +6,24 @@ use http::{Request, header};
 
 use super::RequestError;
 
-/// RFC 9112 §6.3: a request with several `Content-Length` lines, several
-/// `Transfer-Encoding` lines, or both headers is refused (as NGINX does),
-/// though hyper would pick one reading: two readings of one request are
-/// how requests get smuggled past a proxy that picked the other.
+/// RFC 9112 §6.3: a request with `Transfer-Encoding` on several lines is
+/// refused (as NGINX does): two readings of one body are how requests get
+/// smuggled past a proxy that picked the other. hyper settles the other
+/// cases itself: two different `Content-Length`s are its own 400, two
+/// equal ones are read as one (RFC 9110 §8.6), and with both headers it
+/// reads the body as chunked and closes the connection after the answer.
 pub(crate) fn framing(headers: &http::HeaderMap) -> Result<(), RequestError> {
-    let lengths = headers.get_all(header::CONTENT_LENGTH).iter().count();
-    let encodings = headers.get_all(header::TRANSFER_ENCODING).iter().count();
-    match (lengths, encodings) {
-        (0 | 1, 0) | (0, 1) => Ok(()),
-        (_, 0) => Err(RequestError::AmbiguousFraming(
-            "more than one Content-Length",
-        )),
-        (0, _) => Err(RequestError::AmbiguousFraming(
+    if headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        return Err(RequestError::AmbiguousFraming(
             "more than one Transfer-Encoding",
-        )),
-        _ => Err(RequestError::AmbiguousFraming(
-            "Content-Length with Transfer-Encoding",
-        )),
+        ));
     }
+    Ok(())
 }
 
 /// RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host, and no

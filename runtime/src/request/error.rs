@@ -25,9 +25,9 @@ pub enum RequestError {
     /// doubled `Host`. The text says what, for debug logs only.
     #[error("bad request: {0}")]
     BadRequest(&'static str),
-    /// The request's body framing is ambiguous (RFC 9112 §6.3): several
-    /// `Content-Length` or `Transfer-Encoding` lines, or both. The
-    /// connection is closed: what follows cannot be trusted.
+    /// The request's body framing is ambiguous (RFC 9112 §6.3):
+    /// `Transfer-Encoding` on several lines. The connection is closed:
+    /// what follows cannot be trusted.
     #[error("ambiguous body framing: {0}")]
     AmbiguousFraming(&'static str),
     /// Nothing answers this path.

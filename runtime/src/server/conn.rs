@@ -187,18 +187,17 @@ pub(crate) fn ended_with(
     let status = if e.is::<Dropped>() {
         state.head_pending().then_some(408)
     } else {
-        e.downcast_ref::<hyper::Error>()
-            .and_then(refused_status)
+        match e.downcast_ref::<hyper::Error>().and_then(refused_status) {
             // The stream sent hyper's 431 as a 414 (see `WatchedIo`).
-            .map(|s| match s {
-                431 if state
+            Some(431)
+                if state
                     .uri_too_long
                     .load(std::sync::atomic::Ordering::Relaxed) =>
-                {
-                    414
-                }
-                s => s,
-            })
+            {
+                Some(414)
+            }
+            status => status,
+        }
     };
     if let Some(status) = status {
         refused(observe, peer, status);
@@ -231,16 +230,20 @@ fn refused(observe: &Observe, peer: Peer, status: u16) {
 /// The status hyper answered a refused request head with (its
 /// `on_error`): `None` when it sent no answer.
 fn refused_status(e: &hyper::Error) -> Option<u16> {
-    if e.is_parse_too_large() {
-        // Both share the kind; only the text tells them apart.
-        return Some(if e.to_string().starts_with("URI too long") {
-            414
-        } else {
-            431
-        });
+    if !e.is_parse() || e.is_parse_version_h2() || e.is_parse_status() {
+        return None;
     }
-    let internal = e.to_string().starts_with("internal error");
-    (e.is_parse() && !e.is_parse_version_h2() && !e.is_parse_status() && !internal).then_some(400)
+    // The kinds share predicates; only the text tells them apart.
+    let text = e.to_string();
+    if text.starts_with("URI too long") {
+        Some(414)
+    } else if e.is_parse_too_large() {
+        Some(431)
+    } else if text.starts_with("internal error") {
+        None
+    } else {
+        Some(400)
+    }
 }
 
 /// Runs one hyper connection (either protocol) to its end.

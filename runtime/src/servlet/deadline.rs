@@ -4,8 +4,9 @@
 //! instantiation): the epoch ticker is a thread like any other, and on a
 //! busy machine its 5 ms ticks stretch, so counting ticks alone let a
 //! request with `timeout = "2s"` run for 3 s when two servlets spun on one
-//! worker. Ticks are still counted, as a cap on run time for the phase
-//! where wall-clock time does not apply (a component streaming its body).
+//! worker. Native servlets still count ticks, as a second cap; components
+//! count their run time per poll of their task (`component::handle`),
+//! and use the wall clock only until their response head is out.
 
 use std::time::{Duration, Instant};
 
@@ -36,23 +37,19 @@ impl Deadline {
         }
     }
 
-    /// Called at an epoch tick: whether the guest must stop now. With
-    /// `wall_clock` off, only the ticks it ran count; `waited` (time spent
-    /// waiting for the client's request body, which the body's own rules
-    /// bound) moves the wall-clock deadline back.
-    pub(crate) fn passed(&mut self, wall_clock: bool, waited: Duration) -> bool {
-        if self.ticks_left == 0 || (wall_clock && Instant::now() >= self.at + waited) {
+    /// Called at an epoch tick (native servlets): whether the guest must
+    /// stop now, its time or its ticks run out.
+    pub(crate) fn passed(&mut self) -> bool {
+        if self.ticks_left == 0 || self.wall_clock_passed(Duration::ZERO) {
             return true;
         }
         self.ticks_left -= 1;
         false
     }
-}
 
-impl Deadline {
     /// Whether the wall-clock deadline has passed, `waited` (time spent
     /// waiting for the client's request body) excepted. Components count
-    /// their run time themselves.
+    /// their run time themselves (per poll of their task).
     pub(crate) fn wall_clock_passed(&self, waited: Duration) -> bool {
         Instant::now() >= self.at + waited
     }
@@ -65,20 +62,20 @@ mod tests {
     #[test]
     fn wall_clock_stops_before_the_ticks_run_out() {
         let mut d = Deadline::after(Duration::from_millis(20));
-        assert!(!d.passed(true, Duration::ZERO));
+        assert!(!d.passed());
         std::thread::sleep(Duration::from_millis(25));
         // Plenty of ticks left, but the time is up.
-        assert!(d.passed(true, Duration::ZERO));
-        assert!(!d.passed(false, Duration::ZERO));
+        assert!(d.passed());
+        assert!(d.ticks_left > 0);
     }
 
     #[test]
-    fn ticks_cap_run_time_without_the_wall_clock() {
+    fn ticks_cap_run_time_before_the_wall_clock() {
         let mut d = Deadline::after(EPOCH_TICK * 3);
-        assert!(!d.passed(false, Duration::ZERO));
-        assert!(!d.passed(false, Duration::ZERO));
-        assert!(!d.passed(false, Duration::ZERO));
-        assert!(d.passed(false, Duration::ZERO));
+        assert!(!d.passed());
+        assert!(!d.passed());
+        assert!(!d.passed());
+        assert!(d.passed());
     }
 
     #[test]
@@ -92,7 +89,7 @@ mod tests {
 
     #[test]
     fn a_default_deadline_has_passed() {
-        assert!(Deadline::default().passed(true, Duration::ZERO));
-        assert!(Deadline::default().passed(false, Duration::ZERO));
+        assert!(Deadline::default().passed());
+        assert!(Deadline::default().wall_clock_passed(Duration::ZERO));
     }
 }

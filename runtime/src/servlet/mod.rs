@@ -159,7 +159,7 @@ impl Servlet {
     {
         let policy = ctx.body.at_most(self.info.limits.max_body_bytes);
         let (mut parts, body) = req.into_parts();
-        remove_connection_listed(&mut parts.headers);
+        remove_hop_by_hop(&mut parts.headers);
         let answer = match &self.pool {
             Pool::Native(pool) => {
                 let req = Request::from_parts(parts, body);
@@ -212,10 +212,11 @@ impl Servlet {
 /// §10.1.4), and a `Content-Length` on a 204 (§8.6: over HTTP/2 it made
 /// the client fail the stream).
 fn tidy_response(res: &mut Response<Body>) {
+    let no_content = res.status() == http::StatusCode::NO_CONTENT;
     let headers = res.headers_mut();
     headers.remove(http::header::TE);
-    if res.status() == http::StatusCode::NO_CONTENT {
-        res.headers_mut().remove(http::header::CONTENT_LENGTH);
+    if no_content {
+        headers.remove(http::header::CONTENT_LENGTH);
     }
 }
 
@@ -223,7 +224,7 @@ fn tidy_response(res: &mut Response<Body>) {
 /// they are hop-by-hop (RFC 9110 §7.6.1, §10.1.4), for this connection
 /// only, not for the guest. wasi:http removes the other standard
 /// hop-by-hop headers itself.
-fn remove_connection_listed(headers: &mut http::HeaderMap) {
+fn remove_hop_by_hop(headers: &mut http::HeaderMap) {
     headers.remove(http::header::TE);
     let listed: Vec<http::HeaderName> = headers
         .get_all(http::header::CONNECTION)

@@ -248,25 +248,22 @@ impl HttpBody for GuestBody {
         let this = self.get_mut();
         match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
             Some(Ok(frame)) => {
-                if let (Some(room), Some(data)) = (&mut this.room, frame.data_ref()) {
-                    let Some(left) = room.checked_sub(data.len() as u64) else {
-                        // Past the route's limit: the response is cut off
-                        // as an abort, never as a complete-looking one.
-                        this.task.abort();
-                        return Poll::Ready(Some(Err(io::Error::other(
-                            "the response body grew past max_response_bytes",
-                        ))));
-                    };
-                    *room = left;
-                }
-                if let (Some(declared), Some(data)) = (&mut this.declared, frame.data_ref()) {
-                    let Some(left) = declared.checked_sub(data.len() as u64) else {
-                        this.task.abort();
-                        return Poll::Ready(Some(Err(io::Error::other(
-                            "the response body grew past its Content-Length",
-                        ))));
-                    };
-                    *declared = left;
+                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+                // Past the route's limit or the guest's own length: the
+                // response is cut off as an abort, never as a
+                // complete-looking one.
+                let past = if !spend(&mut this.room, n) {
+                    Some("max_response_bytes")
+                } else if !spend(&mut this.declared, n) {
+                    Some("its Content-Length")
+                } else {
+                    None
+                };
+                if let Some(what) = past {
+                    this.task.abort();
+                    return Poll::Ready(Some(Err(io::Error::other(format!(
+                        "the response body grew past {what}"
+                    )))));
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -293,5 +290,20 @@ impl HttpBody for GuestBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// Takes `n` bytes from what a body may still carry (`None`: no limit);
+/// false when they do not fit.
+fn spend(room: &mut Option<u64>, n: u64) -> bool {
+    match room {
+        None => true,
+        Some(left) => match left.checked_sub(n) {
+            Some(rest) => {
+                *left = rest;
+                true
+            }
+            None => false,
+        },
     }
 }

@@ -481,16 +481,16 @@ impl Guest for ComponentGuest {
             }
         });
         let abort = task.abort_handle();
-        // Until a response body takes over the task, a client that goes
-        // away (the connection closed, an HTTP/2 reset) drops this future:
-        // the guest stops then, and gives back its instance and its place.
+        // Until a response body takes over the task, the guest stops when
+        // this future ends without one: an answer refused below, or a
+        // client that went away (an HTTP/2 reset drops this future). Its
+        // instance and its place come back at once.
         let mut running = AbortOnDrop(Some(abort.clone()));
         match head_rx.recv().await {
             Ok(Ok((res, sent))) => {
                 // 1xx is not an answer (hyper would send it as the final
                 // one), and past 599 there are no classes.
                 if !(200..=599).contains(&res.status().as_u16()) {
-                    abort.abort();
                     tracing::warn!(servlet = %self.info.name, request_id = %id, status = res.status().as_u16(), "component answered with a status that is not a final one");
                     return Err(RequestError::ServletFault);
                 }
@@ -503,7 +503,6 @@ impl Guest for ComponentGuest {
                 if let (Some(limit), Some(declared)) = (limit, declared)
                     && declared > limit
                 {
-                    abort.abort();
                     tracing::warn!(servlet = %self.info.name, request_id = %id, declared, limit, "component declared a response body larger than max_response_bytes");
                     return Err(RequestError::ServletFault);
                 }
@@ -511,11 +510,9 @@ impl Guest for ComponentGuest {
                 // A body over the limit (or too slow) gets 413 (408)
                 // whatever the guest made of the error it read.
                 if input.verdict.too_large() {
-                    abort.abort();
                     return Err(RequestError::PayloadTooLarge);
                 }
                 if input.verdict.too_slow() {
-                    abort.abort();
                     return Err(RequestError::BodyTimeout);
                 }
                 // A guest that already failed (it set its response, then

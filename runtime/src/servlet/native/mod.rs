@@ -129,9 +129,7 @@ impl Guest for NativeGuest {
         );
         store.limiter(|h| &mut h.limits);
         store.epoch_deadline_callback(|mut ctx| {
-            // Native guests read their body before they run: no time
-            // waiting for the client to take out.
-            if ctx.data_mut().deadline.passed(true, Duration::ZERO) {
+            if ctx.data_mut().deadline.passed() {
                 return Err(DeadlineExceeded.into());
             }
             // Yield to the worker's other tasks at every tick.
