@@ -270,3 +270,115 @@ async fn https_serves_h2_and_http1_reloads_its_certificate_and_redirects_plain_h
         "{err}"
     );
 }
+
+/// Sends `request` over TLS offering `alpn` (none when empty), in two
+/// writes split at `split` with a pause between them, and reads the reply
+/// until the server closes or sends nothing for 2 s: (the negotiated
+/// protocol, the reply, whether the server closed).
+async fn raw_tls(
+    addr: &str,
+    ca: &CertificateDer<'static>,
+    alpn: &[&[u8]],
+    request: &[u8],
+    split: usize,
+) -> (Vec<u8>, Vec<u8>, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).expect("root");
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut tls = connector
+        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+        .await
+        .expect("handshake");
+    let negotiated = tls.get_ref().1.alpn_protocol().unwrap_or_default().to_vec();
+    let (first, rest) = request.split_at(split.min(request.len()));
+    let mut reply = Vec::new();
+    // The server may refuse (and close) after the first part.
+    if tls.write_all(first).await.is_ok() {
+        tls.flush().await.ok();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if tls.write_all(rest).await.is_ok() {
+            tls.flush().await.ok();
+        }
+    }
+    let mut buf = [0u8; 16384];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(2), tls.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return (negotiated, reply, true),
+            Ok(Ok(n)) => reply.extend_from_slice(&buf[..n]),
+            Err(_) => return (negotiated, reply, false),
+        }
+    }
+}
+
+/// HTTP/1.1 negotiated by ALPN holds `max_header_bytes` exactly, however
+/// the head arrives; a client without ALPN is still served either
+/// protocol, told apart by its first bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_http1_holds_the_head_limit_and_clients_without_alpn_are_served() {
+    let dir = site();
+    let certs = make_certs(7);
+    write_certs(dir.path(), &certs);
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\nmax_header_bytes = 131072\n\
+         [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n\
+         [[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let s = start(dir.path(), &[], false);
+    let tls = s.urls[0].clone();
+    let head = |filler: usize| {
+        format!(
+            "GET / HTTP/1.1\r\nHost: localhost\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+            "b".repeat(filler)
+        )
+        .into_bytes()
+    };
+    // The head's fixed part is 63 bytes: 131,009 filler bytes make 131,072.
+    for (filler, split, status) in [
+        (131_009, 131_000, "200"),
+        (131_010, 131_000, "431"),
+        (131_010, 65_536, "431"),
+        (131_020, 131_071, "431"),
+        (140_000, 131_000, "431"),
+    ] {
+        let request = head(filler);
+        for alpn in [&[&b"http/1.1"[..]][..], &[][..]] {
+            let (negotiated, reply, closed) =
+                raw_tls(&tls, &certs.ca_der, alpn, &request, split).await;
+            assert!(closed, "{filler} bytes: the connection stayed open");
+            if !alpn.is_empty() {
+                assert_eq!(negotiated, b"http/1.1");
+            }
+            let reply = String::from_utf8_lossy(&reply);
+            assert!(
+                reply.starts_with(&format!("HTTP/1.1 {status} ")),
+                "{filler} bytes, split at {split}, ALPN {alpn:?}: {}",
+                &reply[..reply.len().min(80)]
+            );
+        }
+    }
+    // HTTP/2 with prior knowledge and no ALPN: the server's SETTINGS
+    // come back.
+    let (negotiated, reply, _) = raw_tls(
+        &tls,
+        &certs.ca_der,
+        &[],
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0",
+        usize::MAX,
+    )
+    .await;
+    assert!(negotiated.is_empty());
+    assert_eq!(reply.get(3), Some(&4), "a SETTINGS frame: {reply:?}");
+    stop(s.child);
+}

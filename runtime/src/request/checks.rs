@@ -26,6 +26,29 @@ pub(crate) fn framing(headers: &http::HeaderMap) -> Result<(), RequestError> {
     Ok(())
 }
 
+/// RFC 9113 §6.5.2: the size of an HTTP/2 request's header list as the
+/// h2 layer counts it against `SETTINGS_MAX_HEADER_LIST_SIZE`: each
+/// field's name and value plus 32 octets, pseudo-headers included.
+pub(crate) fn header_list_size<B>(req: &Request<B>) -> usize {
+    let field = |name: usize, value: usize| name + value + 32;
+    let uri = req.uri();
+    let mut size = field(":method".len(), req.method().as_str().len());
+    if let Some(scheme) = uri.scheme_str() {
+        size += field(":scheme".len(), scheme.len());
+    }
+    if let Some(authority) = uri.authority() {
+        size += field(":authority".len(), authority.as_str().len());
+    }
+    if let Some(path) = uri.path_and_query() {
+        size += field(":path".len(), path.as_str().len());
+    }
+    size + req
+        .headers()
+        .iter()
+        .map(|(name, value)| field(name.as_str().len(), value.len()))
+        .sum::<usize>()
+}
+
 /// RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host, and no
 /// request may carry several or a malformed one. A Host that disagrees
 /// with an absolute-form target (or HTTP/2's `:authority`) is refused

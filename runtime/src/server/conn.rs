@@ -26,6 +26,7 @@ use crate::config::ServerConfig;
 use crate::observe::access_log::{Entry, RequestText};
 use crate::observe::{Observe, REFUSED_STATUSES};
 use crate::request::Peer;
+use crate::request::checks::header_list_size;
 
 /// Streams one HTTP/2 connection may open at once.
 const MAX_CONCURRENT_STREAMS: u32 = 256;
@@ -78,7 +79,12 @@ pub(crate) fn builders(config: &ServerConfig) -> Builders {
     auto.http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .max_header_list_size(config.max_header_bytes as u32);
+        // Twice `max_header_bytes`: heads between the two are refused by
+        // `service`, which logs and counts them; past that, the h2 layer
+        // stops decoding (memory stays bounded) and answers 431 itself.
+        .max_header_list_size(
+            u32::try_from(config.max_header_bytes.saturating_mul(2)).unwrap_or(u32::MAX),
+        );
     let mut http1 = http1::Builder::new();
     http1_settings!(http1, config);
     // The buffer's limit alone lets a head through past it by up to a
@@ -109,6 +115,9 @@ pub(crate) fn service(
         let handling = Handling::start(state.clone(), bodyless);
         async move {
             let http1 = req.version() < http::Version::HTTP_2;
+            if !http1 && header_list_size(&req) > app.server.max_header_bytes {
+                return Ok(headers_too_large(&app, peer, handling.into_sending()));
+            }
             let (mut res, exchange) = app.handle(req, peer).await;
             if http1 {
                 if handling.draining() {
@@ -134,11 +143,30 @@ pub(crate) fn service(
     })
 }
 
-/// Serves one accepted TLS connection (either protocol, by ALPN) until it
-/// closes, times out, or the server shuts down (then gracefully). Plain
-/// TCP goes through `parking`.
+/// HTTP/2's answer to a header list over `max_header_bytes`, refused
+/// before any site sees it, as HTTP/1's is. The h2 layer's own limit is
+/// twice as high (see [`builders`]): its 431 would go out unseen, neither
+/// logged nor counted.
+fn headers_too_large(app: &App, peer: Peer, sending: Sending) -> hyper::Response<SentBody> {
+    refused(&app.observe, peer, http::Version::HTTP_2, 431);
+    let mut res = hyper::Response::new(SentBody {
+        inner: Body::empty(),
+        _sending: sending,
+        exchange: None,
+        bytes: 0,
+    });
+    *res.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+    res
+}
+
+/// Serves one accepted TLS connection until it closes, times out, or the
+/// server shuts down (then gracefully). A client that negotiated
+/// `http/1.1` by ALPN gets hyper's HTTP/1 connection alone, with its exact
+/// `max_header_size`; one that negotiated `h2`, or nothing (prior
+/// knowledge), gets the connection that tells the protocols apart by their
+/// first bytes. Plain TCP goes through `parking`.
 pub(crate) async fn serve<S>(
-    stream: S,
+    stream: tokio_rustls::server::TlsStream<S>,
     peer: Peer,
     app: Arc<App>,
     builders: Arc<Builders>,
@@ -146,8 +174,12 @@ pub(crate) async fn serve<S>(
     limits: Limits,
     _slot: Slot,
 ) where
-    S: AsyncRead + AsyncWrite + super::sendfile::Target + Unpin + Send + 'static,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let protocol = match stream.get_ref().1.alpn_protocol() {
+        Some(b"http/1.1") => Protocol::Http1(&builders.http1),
+        _ => Protocol::Detect(&builders.auto),
+    };
     let state = Arc::new(ConnState::new());
     let io = WatchedIo::new(stream, state.clone());
     let observe = app.observe.clone();
@@ -157,12 +189,20 @@ pub(crate) async fn serve<S>(
         service,
         state.clone(),
         peer.addr,
-        &builders,
+        protocol,
         shutdown,
         limits,
     )
     .await;
     ended_with(ended, &state, &observe, peer);
+}
+
+/// Which hyper connection serves a stream.
+pub(crate) enum Protocol<'a> {
+    /// HTTP/1.1 or HTTP/2, told apart by the first bytes.
+    Detect(&'a auto::Builder<TokioExecutor>),
+    /// HTTP/1.1 alone.
+    Http1(&'a http1::Builder),
 }
 
 /// The watchdog dropped a connection (a timeout).
@@ -200,13 +240,13 @@ pub(crate) fn ended_with(
         }
     };
     if let Some(status) = status {
-        refused(observe, peer, status);
+        refused(observe, peer, http::Version::HTTP_11, status);
     }
 }
 
 /// Counts and logs a request head refused with `status` before any site
 /// saw it.
-fn refused(observe: &Observe, peer: Peer, status: u16) {
+fn refused(observe: &Observe, peer: Peer, version: http::Version, status: u16) {
     if let Some(i) = REFUSED_STATUSES.iter().position(|&s| s == status) {
         observe.heads_refused[i].add(1);
     }
@@ -215,7 +255,7 @@ fn refused(observe: &Observe, peer: Peer, status: u16) {
             time: crate::clock::wall(),
             client: peer.client,
             method: None,
-            version: http::Version::HTTP_11,
+            version,
             status,
             bytes: 0,
             duration: std::time::Duration::ZERO,
@@ -246,14 +286,14 @@ fn refused_status(e: &hyper::Error) -> Option<u16> {
     }
 }
 
-/// Runs one hyper connection (either protocol) to its end.
+/// Runs one hyper connection to its end.
 pub(crate) async fn drive<S, Svc>(
     io: WatchedIo<S>,
     service: Svc,
     state: Arc<ConnState>,
     remote: std::net::SocketAddr,
-    builders: &Builders,
-    mut shutdown: watch::Receiver<bool>,
+    protocol: Protocol<'_>,
+    shutdown: watch::Receiver<bool>,
     limits: Limits,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 where
@@ -266,24 +306,52 @@ where
         + 'static,
     Svc::Future: Send + 'static,
 {
-    let conn = builders.auto.serve_connection(TokioIo::new(io), service);
+    let io = TokioIo::new(io);
+    match protocol {
+        Protocol::Detect(builder) => {
+            let conn = builder.serve_connection(io, service);
+            let graceful = |conn: Pin<&mut _>| auto::Connection::graceful_shutdown(conn);
+            supervise(conn, graceful, state, remote, shutdown, limits).await
+        }
+        Protocol::Http1(builder) => {
+            let conn = builder.serve_connection(io, service);
+            let graceful = |conn: Pin<&mut _>| http1::Connection::graceful_shutdown(conn);
+            supervise(conn, graceful, state, remote, shutdown, limits).await
+        }
+    }
+}
+
+/// Runs `conn` under its watchdog and the server's drain: `graceful` asks
+/// it to finish its current exchange and close.
+async fn supervise<C, E>(
+    conn: C,
+    graceful: impl Fn(Pin<&mut C>),
+    state: Arc<ConnState>,
+    remote: std::net::SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+    limits: Limits,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    C: std::future::Future<Output = Result<(), E>>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     tokio::pin!(conn);
     let mut closing = false;
     let mut watchdog = Box::pin(watch(state.clone(), limits, false, false));
     let mut linger = Linger::default();
     loop {
         tokio::select! {
-            result = conn.as_mut() => return result,
+            result = conn.as_mut() => return result.map_err(Into::into),
             _ = shutdown.changed(), if !closing && !linger.started() => linger.start(&state),
             () = linger.wait(), if !closing => {
-                conn.as_mut().graceful_shutdown();
+                graceful(conn.as_mut());
                 closing = true;
                 watchdog = Box::pin(watch(state.clone(), limits, true, false));
             }
             verdict = &mut watchdog => match verdict {
                 Verdict::Idle if !closing => {
                     tracing::debug!(%remote, "idle: closing gracefully");
-                    conn.as_mut().graceful_shutdown();
+                    graceful(conn.as_mut());
                     closing = true;
                     watchdog = Box::pin(watch(state.clone(), limits, true, false));
                 }

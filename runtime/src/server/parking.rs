@@ -100,7 +100,7 @@ pub(crate) async fn serve(
                     service,
                     state.clone(),
                     peer.addr,
-                    &builders,
+                    conn::Protocol::Detect(&builders.auto),
                     shutdown,
                     limits,
                 ))
