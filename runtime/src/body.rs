@@ -20,13 +20,50 @@ use tokio_util::io::ReaderStream;
 /// Size of the chunks a large file is read in.
 pub const FILE_CHUNK_BYTES: usize = 64 << 10;
 
-/// Size of the placeholder chunks of a file the connection sends itself:
-/// each is one `sendfile(2)` call at most.
-const PLACEHOLDER_BYTES: usize = 128 << 10;
+/// Size of the placeholder chunks of a file the connection sends itself.
+/// Never copied (see [`is_placeholder`]): the size only paces the body,
+/// which yields the next chunk once the stream has sent the last.
+const PLACEHOLDER_BYTES: usize = 1 << 20;
 
-/// What placeholder chunks are cut from: never written to a socket, and
-/// in untouched zero pages (no memory).
+/// What placeholder chunks are cut from: never read, never written to a
+/// socket, and in untouched zero pages (no memory).
 static PLACEHOLDER: [u8; PLACEHOLDER_BYTES] = [0; PLACEHOLDER_BYTES];
+
+/// Whether `data` is a placeholder chunk, to be sent from its file by the
+/// connection rather than written.
+pub(crate) fn is_placeholder(data: &Bytes) -> bool {
+    data.as_ptr() == PLACEHOLDER.as_ptr()
+}
+
+/// Between a placeholder body and the stream that sends its file: how
+/// many bytes the body has yielded and the stream has sent, and the body's
+/// waker. The body yields its next chunk only once the stream has caught
+/// up, so the response stays in flight (and its bytes counted) about as
+/// long as its file is being sent.
+#[derive(Debug, Default)]
+pub(crate) struct Pacer {
+    yielded: std::sync::atomic::AtomicU64,
+    sent: std::sync::atomic::AtomicU64,
+    waker: futures_util::task::AtomicWaker,
+}
+
+impl Pacer {
+    /// Bytes yielded that the stream has not sent yet.
+    pub(crate) fn owed(&self) -> u64 {
+        use std::sync::atomic::Ordering::Acquire;
+        self.yielded
+            .load(Acquire)
+            .saturating_sub(self.sent.load(Acquire))
+    }
+
+    /// The stream sent `n` more bytes; wakes the body once none are owed.
+    pub(crate) fn sent(&self, n: u64) {
+        self.sent.fetch_add(n, std::sync::atomic::Ordering::AcqRel);
+        if self.owed() == 0 {
+            self.waker.wake();
+        }
+    }
+}
 
 /// Part of an open file, to be sent as it is.
 #[derive(Debug)]
@@ -67,6 +104,7 @@ enum Kind {
     /// frame and count (see `server::sendfile`).
     Placeholder {
         remaining: u64,
+        pacer: std::sync::Arc<Pacer>,
     },
     Stream(UnsyncBoxBody<Bytes, io::Error>),
 }
@@ -105,8 +143,9 @@ impl Body {
 
     /// Takes the file out of a file body not yet read from, for a
     /// connection that sends it itself; the body then yields as many
-    /// placeholder bytes, which that connection replaces with the file's.
-    pub(crate) fn take_file(&mut self) -> Option<FileRange> {
+    /// placeholder bytes, paced by `pacer`, which that connection replaces
+    /// with the file's.
+    pub(crate) fn take_file(&mut self, pacer: std::sync::Arc<Pacer>) -> Option<FileRange> {
         let Kind::File(f) = &mut self.kind else {
             return None;
         };
@@ -127,6 +166,7 @@ impl Body {
                 };
                 self.kind = Kind::Placeholder {
                     remaining: range.len,
+                    pacer,
                 };
                 Some(range)
             }
@@ -219,12 +259,21 @@ impl http_body::Body for Body {
                 };
                 file_frame(ready!(Pin::new(stream).poll_next(cx)), &mut f.remaining)
             }
-            Kind::Placeholder { remaining } => {
+            Kind::Placeholder { remaining, pacer } => {
                 if *remaining == 0 {
                     return Poll::Ready(None);
                 }
+                if pacer.owed() > 0 {
+                    pacer.waker.register(cx.waker());
+                    if pacer.owed() > 0 {
+                        return Poll::Pending;
+                    }
+                }
                 let n = (*remaining).min(PLACEHOLDER_BYTES as u64) as usize;
                 *remaining -= n as u64;
+                pacer
+                    .yielded
+                    .fetch_add(n as u64, std::sync::atomic::Ordering::AcqRel);
                 Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(&PLACEHOLDER[..n])))))
             }
             Kind::Stream(body) => Pin::new(body).poll_frame(cx),
@@ -236,7 +285,7 @@ impl http_body::Body for Body {
             Kind::Empty => true,
             Kind::Full(b) => b.is_none(),
             Kind::File(f) => f.remaining == 0,
-            Kind::Placeholder { remaining } => *remaining == 0,
+            Kind::Placeholder { remaining, .. } => *remaining == 0,
             Kind::Stream(body) => body.is_end_stream(),
         }
     }
@@ -246,7 +295,7 @@ impl http_body::Body for Body {
             Kind::Empty => SizeHint::with_exact(0),
             Kind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Kind::File(f) => SizeHint::with_exact(f.remaining),
-            Kind::Placeholder { remaining } => SizeHint::with_exact(*remaining),
+            Kind::Placeholder { remaining, .. } => SizeHint::with_exact(*remaining),
             Kind::Stream(body) => body.size_hint(),
         }
     }

@@ -163,3 +163,94 @@ fn a_module_looping_at_start_up_is_refused_and_sigterm_still_exits() {
         "{log}"
     );
 }
+
+/// The server's resident memory, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// An HTTP/2 frame: length, type, flags, stream.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut out = len.to_be_bytes()[1..].to_vec();
+    out.extend([kind, flags]);
+    out.extend(stream.to_be_bytes());
+    out.extend(payload);
+    out
+}
+
+/// HTTP/2 clients that open every stream they may for large files, grant
+/// the largest windows, and read nothing: the server's memory stays
+/// bounded (before, about 640 KB per stream, 160 MiB per connection).
+#[test]
+fn http2_streams_nobody_reads_hold_bounded_memory() {
+    let dir = site();
+    std::fs::write(dir.path().join("www/big.bin"), vec![b'b'; 20 << 20]).expect("big");
+    let (child, addr) = serve_in(dir.path(), &["--listen", "127.0.0.1:0", "--root", "www"]);
+    // Warm the page cache and the server's own allocations.
+    assert!(get(&addr, "/big.bin").starts_with("HTTP/1.1 200"));
+    std::thread::sleep(Duration::from_millis(300));
+    let before = rss_kib(child.id());
+    // HPACK: GET, http, literal :path and :authority.
+    let mut block = vec![0x82, 0x86, 0x04, 8];
+    block.extend(b"/big.bin");
+    block.extend([0x01, 1, b'a']);
+    let mut sockets = Vec::new();
+    for _ in 0..4 {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        socket.set_recv_buffer_size(4096).expect("rcvbuf");
+        let target: std::net::SocketAddr = addr.parse().expect("addr");
+        socket.connect(&target.into()).expect("connect");
+        let mut stream: TcpStream = socket.into();
+        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        // SETTINGS_INITIAL_WINDOW_SIZE = 2^31 - 1; the connection's window
+        // raised to match.
+        out.extend(h2_frame(0x4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
+        out.extend(h2_frame(
+            0x8,
+            0,
+            0,
+            &(0x7fff_ffffu32 - 65_535).to_be_bytes(),
+        ));
+        for i in 0..128u32 {
+            // HEADERS with END_STREAM and END_HEADERS.
+            out.extend(h2_frame(0x1, 0x5, 2 * i + 1, &block));
+        }
+        stream.write_all(&out).expect("streams");
+        sockets.push(stream);
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let grown = rss_kib(child.id()).saturating_sub(before);
+    // The streams were answered: stream 1's HEADERS (END_HEADERS), 200.
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 16384];
+    sockets[0]
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    while seen.len() < 256 << 10 {
+        match sockets[0].read(&mut buf) {
+            Ok(n) if n > 0 => seen.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    let answered = seen.windows(7).any(|w| w == [0x01, 0x04, 0, 0, 0, 1, 0x88]);
+    drop(sockets);
+    // The server is fine afterwards.
+    assert!(get(&addr, "/").starts_with("HTTP/1.1 200"));
+    let log = stop(child);
+    assert!(
+        answered,
+        "no answer on stream 1: {:?}",
+        &seen[..seen.len().min(64)]
+    );
+    assert!(
+        grown < 32 << 10,
+        "512 unread streams grew the server by {grown} KiB\n{log}"
+    );
+}

@@ -301,6 +301,80 @@ async fn precompressed_siblings_are_preferred_and_ranges_use_identity() -> Resul
     Ok(())
 }
 
+/// A file too large to cache is streamed, but its precompressed siblings
+/// that fit are held in memory and served to clients that accept them,
+/// with their own validators; ranges, clients that accept neither, and a
+/// file changed since load get the file itself.
+#[tokio::test]
+async fn a_streamed_file_serves_its_precompressed_siblings() -> Result<()> {
+    let site = TestSite::new()?;
+    let big: Vec<u8> = (0..40_000u32).flat_map(|i| i.to_le_bytes()).collect();
+    site.file("www/app.js", big.clone())?;
+    site.file("www/app.js.br", "brotli-bytes")?;
+    site.file("www/app.js.gz", "gzip-bytes")?;
+    let config =
+        site.config("[[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"64 KiB\"\n")?;
+    let server = TestServer::start(config).await?;
+    let plain = server.get("/app.js").await?;
+    assert_eq!(plain.body.len(), big.len());
+    assert_eq!(plain.header("vary"), "accept-encoding");
+    assert_eq!(plain.header("content-encoding"), "");
+    for (accept, encoding, body) in [
+        ("gzip, br", "br", "brotli-bytes"),
+        ("gzip", "gzip", "gzip-bytes"),
+    ] {
+        for h2 in [false, true] {
+            let req = Request::get(server.url("/app.js"))
+                .header("accept-encoding", accept)
+                .body(Full::new(Bytes::new()))?;
+            let r = if h2 {
+                server.send_h2(req).await?
+            } else {
+                server.send(req).await?
+            };
+            assert_eq!(r.status, StatusCode::OK);
+            assert_eq!(r.header("content-encoding"), encoding);
+            assert_eq!(r.header("vary"), "accept-encoding");
+            assert_eq!(r.text(), body);
+            assert_ne!(r.header("etag"), plain.header("etag"));
+            // Its own tag revalidates it.
+            let again = server
+                .get_with(
+                    "/app.js",
+                    &[
+                        ("accept-encoding", accept),
+                        ("if-none-match", r.header("etag")),
+                    ],
+                )
+                .await?;
+            assert_eq!(again.status, StatusCode::NOT_MODIFIED);
+        }
+    }
+    let ranged = server
+        .get_with(
+            "/app.js",
+            &[("accept-encoding", "br"), ("range", "bytes=4-7")],
+        )
+        .await?;
+    assert_eq!(ranged.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(ranged.header("content-encoding"), "");
+    assert_eq!(&ranged.body[..], &big[4..8]);
+    let identity = server
+        .get_with("/app.js", &[("accept-encoding", "deflate")])
+        .await?;
+    assert_eq!(identity.body.len(), big.len());
+    // Changed on disk since load (before any reload): the new file itself,
+    // never the old file's sibling.
+    let newer = vec![b'n'; 70_000];
+    site.file("www/app.js", newer.clone())?;
+    let r = server
+        .get_with("/app.js", &[("accept-encoding", "br")])
+        .await?;
+    assert_eq!(r.header("content-encoding"), "");
+    assert_eq!(&r.body[..], &newer[..]);
+    Ok(())
+}
+
 #[tokio::test]
 async fn folders_serve_index_and_redirect_without_slash() -> Result<()> {
     let (_site, server) = server().await?;

@@ -6,9 +6,8 @@
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
-use bytes::Bytes;
 use http::HeaderValue;
 use http_body::{Frame, SizeHint};
 
@@ -19,7 +18,9 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
-use super::watchdog::{ConnState, Handling, Limits, Sending, Verdict, WatchedIo, watch};
+use super::sendfile::Chunk;
+use super::stream::WatchedIo;
+use super::watchdog::{ConnState, Handling, Limits, Sending, Verdict, watch};
 use crate::app::{App, Exchange};
 use crate::body::Body;
 use crate::config::ServerConfig;
@@ -28,8 +29,13 @@ use crate::observe::{Observe, REFUSED_STATUSES};
 use crate::request::Peer;
 use crate::request::checks::header_list_size;
 
-/// Streams one HTTP/2 connection may open at once.
-const MAX_CONCURRENT_STREAMS: u32 = 256;
+/// Streams one HTTP/2 connection may open at once (NGINX: 128).
+const MAX_CONCURRENT_STREAMS: u32 = 128;
+
+/// Response bytes an HTTP/2 stream may hold waiting for the client's flow
+/// control and socket. hyper's default, 400 KiB, let a client that opens
+/// every stream and reads nothing hold about 160 MiB per connection.
+const H2_SEND_BUFFER: usize = 64 << 10;
 
 /// On shutdown, how long a connection stays open for one more request
 /// before it is closed. Closing an idle keep-alive connection races with a
@@ -79,6 +85,7 @@ pub(crate) fn builders(config: &ServerConfig) -> Builders {
     auto.http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .max_send_buf_size(H2_SEND_BUFFER)
         // Twice `max_header_bytes`: heads between the two are refused by
         // `service`, which logs and counts them; past that, the h2 layer
         // stops decoding (memory stays bounded) and answers 431 itself.
@@ -128,6 +135,8 @@ pub(crate) fn service(
                     app.observe.sendfile_responses.add(1);
                 }
             }
+            let gate = (!http1 && res.body().is_unread_file())
+                .then(|| Box::new(FileGate::new(handling.h2_files())));
             // The exchange lasts until the body is sent, not until the
             // handler returns: a slow download is in flight, not idle.
             let sending = handling.into_sending();
@@ -138,6 +147,7 @@ pub(crate) fn service(
                 // goes with the body.
                 exchange: exchange.map(|e| (e, app)),
                 bytes: 0,
+                gate,
             }))
         }
     })
@@ -154,6 +164,7 @@ fn headers_too_large(app: &App, peer: Peer, sending: Sending) -> hyper::Response
         _sending: sending,
         exchange: None,
         bytes: 0,
+        gate: None,
     });
     *res.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
     res
@@ -436,6 +447,34 @@ pub(crate) struct SentBody {
     _sending: Sending,
     exchange: Option<(Exchange, Arc<App>)>,
     bytes: u64,
+    /// HTTP/2 file bodies: the place this one waits for before it is read.
+    gate: Option<Box<FileGate>>,
+}
+
+/// An HTTP/2 file body's place among the files its connection reads at
+/// once, waited for on its first poll and held until it is sent.
+struct FileGate {
+    places: tokio_util::sync::PollSemaphore,
+    held: Option<OwnedSemaphorePermit>,
+}
+
+impl FileGate {
+    fn new(places: Arc<tokio::sync::Semaphore>) -> FileGate {
+        FileGate {
+            places: tokio_util::sync::PollSemaphore::new(places),
+            held: None,
+        }
+    }
+
+    /// Ready once this body holds its place.
+    fn poll_enter(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.held.is_none() {
+            // The semaphore is never closed: `None` cannot happen, and
+            // would only let the body through.
+            self.held = ready!(self.places.poll_acquire(cx));
+        }
+        Poll::Ready(())
+    }
 }
 
 impl Drop for SentBody {
@@ -447,23 +486,28 @@ impl Drop for SentBody {
 }
 
 impl http_body::Body for SentBody {
-    type Data = Bytes;
+    /// Bytes, or a placeholder hyper counts and the stream sends from a
+    /// file (see `sendfile`).
+    type Data = Chunk;
     type Error = std::io::Error;
 
     #[inline]
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+    ) -> Poll<Option<Result<Frame<Chunk>, std::io::Error>>> {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Some(gate) = this.gate.as_mut() {
+            ready!(gate.poll_enter(cx));
+        }
+        let polled = ready!(Pin::new(&mut this.inner).poll_frame(cx));
         if this.exchange.is_some()
-            && let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(Ok(frame)) = &polled
             && let Some(data) = frame.data_ref()
         {
             this.bytes += data.len() as u64;
         }
-        polled
+        Poll::Ready(polled.map(|frame| frame.map(|f| f.map_data(Chunk::new))))
     }
 
     #[inline]

@@ -27,7 +27,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::conn::{self, Builders, Linger, Slot};
-use super::watchdog::{self, ConnState, Limits, Verdict, WatchedIo};
+use super::stream::WatchedIo;
+use super::watchdog::{self, ConnState, Limits, Verdict};
 use crate::app::App;
 use crate::observe::Observe;
 use crate::request::Peer;
@@ -109,12 +110,15 @@ pub(crate) async fn serve(
                 return;
             }
         }
-        let conn = builders
-            .http1
-            .serve_connection(TokioIo::new(io), service)
-            .without_shutdown();
+        // Run to its end with hyper's shutdown, which flushes what hyper
+        // still holds: `without_shutdown` returns as soon as both sides are
+        // done, and a response's last bytes, not yet taken by a slow
+        // reader's socket, went with hyper's buffer when hyper closed the
+        // connection itself (a request body left unread). The stream ends
+        // its side only when hyper closes the connection: a release keeps
+        // it open (see `WatchedIo::poll_shutdown`).
         // Boxed: the task holds a pointer while parked, not a connection.
-        let mut conn = Box::pin(conn);
+        let mut conn = Box::pin(builders.http1.serve_connection(TokioIo::new(io), service));
         let mut closing = false;
         let mut watchdog = Box::pin(watchdog::watch(state.clone(), limits, false, true));
         let ended = loop {
@@ -146,7 +150,8 @@ pub(crate) async fn serve(
             }
         };
         match ended {
-            Ok(parts) => {
+            Ok(()) => {
+                let parts = std::pin::Pin::into_inner(conn).into_parts();
                 io = parts.io.into_inner();
                 // Released to close, or the client closed, or hyper
                 // closed (`Connection: close`, a bad request, an answer

@@ -2,13 +2,16 @@
 //! page cache to the socket, with no read into user space and no copy
 //! through hyper's buffer.
 //!
-//! hyper still frames the response: the body becomes placeholder bytes
+//! hyper still frames the response: the body becomes placeholder chunks
 //! (see `Body::take_file`), so hyper writes the head with the right
 //! `Content-Length`, counts the body and keeps the connection's state as
-//! for any response. The connection's stream (`WatchedIo`, in the
-//! watchdog) lets the head
-//! through, then, for each placeholder byte hyper writes, sends one byte of
-//! the file instead; the placeholders never reach the socket.
+//! for any response. A placeholder reaches hyper as a [`Chunk::Ghost`]: a
+//! length with no bytes, which hyper counts and copies nothing of (its
+//! flattening write buffer copies a chunk's slices, and a ghost has none).
+//! The connection's stream (`WatchedIo`, in `stream`) lets the head
+//! through, then sends as many bytes of the file as hyper counted before
+//! it writes anything else; the body yields its next chunk once they are
+//! sent (`body::Pacer`).
 //!
 //! The stream can tell where the head ends only if hyper had nothing else
 //! left to write when the response was offered: a response offered while
@@ -20,10 +23,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 
+use bytes::{Buf, Bytes};
 use tokio::io::{AsyncWrite, Interest};
 use tokio::net::TcpStream;
 
-use crate::body::{Body, FileRange};
+use crate::body::{Body, FileRange, Pacer};
 
 /// A stream `sendfile(2)` may write to.
 pub(crate) trait Target {
@@ -103,12 +107,14 @@ impl Handoff {
         let Ok(mut slot) = self.slot.lock() else {
             return false;
         };
-        let Some(range) = body.take_file() else {
+        let pacer = std::sync::Arc::new(Pacer::default());
+        let Some(range) = body.take_file(pacer.clone()) else {
             return false;
         };
         *slot = Some(Box::new(Sender {
             left: range.len,
             range,
+            pacer,
             head: Head::Reading(0),
         }));
         self.offered.store(true, Ordering::Relaxed);
@@ -152,8 +158,10 @@ enum Head {
 #[derive(Debug)]
 pub(crate) struct Sender {
     range: FileRange,
-    /// Placeholder bytes not yet replaced.
+    /// File bytes not yet sent.
     left: u64,
+    /// How many the body has yielded (hyper counted) beyond those sent.
+    pacer: std::sync::Arc<Pacer>,
     head: Head,
 }
 
@@ -163,8 +171,15 @@ impl Sender {
         self.left == 0
     }
 
-    /// Writes `data`, or part of it: bytes of the head go to the stream,
-    /// placeholders are replaced by the file.
+    /// File bytes not yet sent.
+    pub(crate) fn left(&self) -> u64 {
+        self.left
+    }
+
+    /// Writes `data`, or part of it: the response's head. Once the head
+    /// is out, whatever hyper writes comes after the file: the bytes hyper
+    /// counted are sent first (`poll_owed`), and bytes written before the
+    /// body ended are an error.
     pub(crate) fn poll_write<S: AsyncWrite + Target + Unpin>(
         &mut self,
         stream: &mut S,
@@ -181,20 +196,91 @@ impl Sender {
                 };
                 Poll::Ready(Ok(n))
             }
-            Head::Done => {
-                let count = self.left.min(data.len() as u64) as usize;
-                let file = &self.range.file;
-                let n = ready!(stream.poll_sendfile(cx, file, self.range.offset, count))?;
-                if n == 0 && count > 0 {
-                    return Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "file shrank while it was being sent",
-                    )));
-                }
-                self.range.offset += n as u64;
-                self.left -= n as u64;
-                Poll::Ready(Ok(n))
+            Head::Done => Poll::Ready(Err(io::Error::other(
+                "bytes written before a file's body ended",
+            ))),
+        }
+    }
+
+    /// Sends the file bytes hyper has counted and the stream has not sent:
+    /// ready once none are owed (or the head is not out yet).
+    pub(crate) fn poll_owed<S: Target>(
+        &mut self,
+        stream: &S,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !matches!(self.head, Head::Done) {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            let owed = self.pacer.owed().min(self.left);
+            if owed == 0 {
+                return Poll::Ready(Ok(()));
             }
+            let count = usize::try_from(owed).unwrap_or(usize::MAX);
+            let file = &self.range.file;
+            let n = ready!(stream.poll_sendfile(cx, file, self.range.offset, count))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file shrank while it was being sent",
+                )));
+            }
+            self.range.offset += n as u64;
+            self.left -= n as u64;
+            self.pacer.sent(n as u64);
+        }
+    }
+}
+
+/// A response body's data as hyper sees it: bytes to write, or a
+/// placeholder's length, which hyper counts and the stream sends from a
+/// file (see the module's documentation).
+///
+/// A ghost breaks one promise of [`Buf`]: its `chunk` is empty while
+/// `remaining` is not. That is what keeps hyper from copying it: hyper's
+/// flattening write buffer (`writev(false)`, HTTP/1 only) copies chunks
+/// until an empty one, and counts a body by `remaining`. Ghosts exist only
+/// on plain-TCP HTTP/1 connections, whose stream replaces them; the
+/// sendfile tests compare every byte sent.
+#[derive(Debug)]
+pub(crate) enum Chunk {
+    Bytes(Bytes),
+    Ghost(usize),
+}
+
+impl Chunk {
+    pub(crate) fn new(data: Bytes) -> Chunk {
+        if crate::body::is_placeholder(&data) {
+            Chunk::Ghost(data.len())
+        } else {
+            Chunk::Bytes(data)
+        }
+    }
+}
+
+impl Buf for Chunk {
+    #[inline]
+    fn remaining(&self) -> usize {
+        match self {
+            Chunk::Bytes(b) => b.remaining(),
+            Chunk::Ghost(n) => *n,
+        }
+    }
+
+    #[inline]
+    fn chunk(&self) -> &[u8] {
+        match self {
+            Chunk::Bytes(b) => b.chunk(),
+            Chunk::Ghost(_) => &[],
+        }
+    }
+
+    #[inline]
+    fn advance(&mut self, cnt: usize) {
+        match self {
+            Chunk::Bytes(b) => b.advance(cnt),
+            Chunk::Ghost(n) => *n = n.saturating_sub(cnt),
         }
     }
 }

@@ -22,26 +22,20 @@
 //!   sends again (see `parking`).
 
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::task::Poll;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
-
-use super::sendfile::{Handoff, Sender, Target};
+use super::sendfile::Handoff;
 use crate::clock;
 use crate::config::ServerConfig;
 
 /// What starts every HTTP/2 connection with prior knowledge.
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
-/// hyper's answer to a request head over `max_header_bytes`.
-const STATUS_431: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\n";
-/// The answer when the request line alone is over the limit, padded with
-/// spaces (allowed in a reason phrase) to the same length, so the rewrite
-/// keeps hyper's byte counts right.
-const STATUS_414: &[u8] = b"HTTP/1.1 414 URI Too Long                   \r\n";
+/// HTTP/2: files read at once for one connection's streams. Each holds a
+/// read chunk and up to a send buffer (about 200 KiB) while its client
+/// reads; a client that opens every stream and reads nothing held 160 MiB
+/// per connection. Further files wait, their heads already sent.
+pub(crate) const H2_FILES_AT_ONCE: usize = 8;
 
 /// How long an HTTP/1 connection on plain TCP stays idle before it is
 /// parked. Short enough that idle connections hold no buffers; long enough
@@ -136,15 +130,15 @@ pub(crate) struct ConnState {
     /// Requests answered so far.
     served: AtomicU32,
     /// Whether the connection speaks HTTP/2.
-    h2: AtomicBool,
+    pub(super) h2: AtomicBool,
     /// The server is draining: HTTP/1 responses say `Connection: close`.
     draining: AtomicBool,
     /// The hyper connection should end at the next request boundary
     /// (to park the connection, or to close it when idle).
-    release: AtomicBool,
+    pub(super) release: AtomicBool,
     /// HTTP/1: the bytes read so far end inside a head (not at a blank
     /// line): the start of a next request may already be in hyper's buffer.
-    partial_tail: AtomicBool,
+    pub(super) partial_tail: AtomicBool,
     /// The request being handled came without a body: when it ends, a
     /// partial tail is the next request's head.
     bodyless: AtomicBool,
@@ -153,6 +147,9 @@ pub(crate) struct ConnState {
     /// Files the service leaves for the stream to send itself; also
     /// whether everything written has been flushed.
     pub(crate) sendfile: Handoff,
+    /// HTTP/2: the files being read for this connection's streams at once
+    /// (made on the first).
+    h2_files: std::sync::OnceLock<Arc<tokio::sync::Semaphore>>,
 }
 
 impl ConnState {
@@ -173,7 +170,16 @@ impl ConnState {
             bodyless: AtomicBool::new(false),
             uri_too_long: AtomicBool::new(false),
             sendfile: Handoff::default(),
+            h2_files: std::sync::OnceLock::new(),
         }
+    }
+
+    /// HTTP/2: what a stream's file body waits on before it is read (see
+    /// [`H2_FILES_AT_ONCE`]).
+    pub(crate) fn h2_files(&self) -> Arc<tokio::sync::Semaphore> {
+        self.h2_files
+            .get_or_init(|| Arc::new(tokio::sync::Semaphore::new(H2_FILES_AT_ONCE)))
+            .clone()
     }
 
     /// Asks the hyper connection to end at the next request boundary: its
@@ -240,11 +246,11 @@ impl ConnState {
             && self.head_started_ms.load(Ordering::Relaxed) != 0
     }
 
-    fn in_flight(&self) -> bool {
+    pub(super) fn in_flight(&self) -> bool {
         self.handling.load(Ordering::Relaxed) > 0 || self.sending.load(Ordering::Relaxed) > 0
     }
 
-    fn touch_write(&self, result: &Poll<io::Result<usize>>) {
+    pub(super) fn touch_write(&self, result: &Poll<io::Result<usize>>) {
         if let Poll::Ready(Ok(n)) = result
             && *n > 0
         {
@@ -253,7 +259,7 @@ impl ConnState {
     }
 
     /// Stamps a read; true when it starts a new HTTP/1 head.
-    fn touch_read(&self) -> bool {
+    pub(super) fn touch_read(&self) -> bool {
         let now = clock::now_ms().max(1);
         self.read_ms.store(now, Ordering::Relaxed);
         if !self.in_flight() && self.head_started_ms.load(Ordering::Relaxed) == 0 {
@@ -280,6 +286,11 @@ impl Handling {
     /// Whether the server is draining this connection.
     pub(crate) fn draining(&self) -> bool {
         self.0.draining.load(Ordering::Relaxed)
+    }
+
+    /// HTTP/2: what the response's file waits on before it is read.
+    pub(crate) fn h2_files(&self) -> Arc<tokio::sync::Semaphore> {
+        self.0.h2_files()
     }
 
     /// Hands the response's file to the stream, to send with `sendfile(2)`
@@ -324,248 +335,5 @@ impl Drop for Sending {
         {
             state.head_started_ms.store(now.max(1), Ordering::Relaxed);
         }
-    }
-}
-
-/// A stream that stamps its traffic into a [`ConnState`].
-pub(crate) struct WatchedIo<S = TcpStream> {
-    inner: S,
-    state: Arc<ConnState>,
-    /// Whether the first bytes have been seen (to tell HTTP/2).
-    started: bool,
-    /// HTTP/1: whether the request line of the head being read has ended.
-    line_done: bool,
-    /// Parking: whether this connection may be released between requests.
-    park: bool,
-    /// The last bytes read (up to four), to tell a request boundary.
-    tail: [u8; 4],
-    /// The response whose file is being sent (plain TCP, see `sendfile`).
-    /// Boxed: a pointer in every parked connection's task, not a file
-    /// range and its progress.
-    sender: Option<Box<Sender>>,
-    /// Whether a read ended the hyper connection at a request boundary
-    /// (see [`ConnState::release`]), rather than the client closing.
-    released: bool,
-    /// A release that had to wait: the reader to wake once the response
-    /// is flushed.
-    retry: Option<std::task::Waker>,
-}
-
-impl<S> WatchedIo<S> {
-    pub(crate) fn new(inner: S, state: Arc<ConnState>) -> WatchedIo<S> {
-        WatchedIo {
-            inner,
-            state,
-            started: false,
-            line_done: true,
-            park: false,
-            tail: *b"\r\n\r\n",
-            sender: None,
-            released: false,
-            retry: None,
-        }
-    }
-
-    /// Lets this connection be released between requests (HTTP/1 on plain
-    /// TCP, served with `without_shutdown` so the stream comes back).
-    pub(crate) fn parkable(mut self) -> WatchedIo<S> {
-        self.park = true;
-        self
-    }
-
-    pub(crate) fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// Whether the hyper connection ended because it was released; clears
-    /// the mark for the next one.
-    pub(crate) fn take_released(&mut self) -> bool {
-        std::mem::take(&mut self.released)
-    }
-
-    /// Whether a release may end the hyper connection now: nothing in
-    /// flight, everything written flushed, and the bytes read so far end
-    /// with a complete head (so hyper holds no partial request). A request
-    /// whose body ends otherwise keeps its connection until a later one.
-    fn may_release(&self) -> bool {
-        !self.state.sendfile.unflushed() && ends_head(&self.tail) && !self.state.in_flight()
-    }
-
-    fn remember_tail(&mut self, new: &[u8]) {
-        if new.len() >= 4 {
-            self.tail.copy_from_slice(&new[new.len() - 4..]);
-        } else {
-            self.tail.rotate_left(new.len());
-            self.tail[4 - new.len()..].copy_from_slice(new);
-        }
-    }
-}
-
-/// Whether bytes ending with `tail` end a head: a blank line, `\r\n\r\n`
-/// or, as hyper also accepts, bare `\n\n`.
-fn ends_head(tail: &[u8; 4]) -> bool {
-    tail == b"\r\n\r\n" || tail[2..] == *b"\n\n"
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let result = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if result.is_pending() && this.park && this.state.release.load(Ordering::Relaxed) {
-            if this.may_release() {
-                // End of stream for hyper, which closes an idle connection
-                // cleanly; the stream itself stays open and comes back.
-                this.state.release.store(false, Ordering::Relaxed);
-                this.released = true;
-                return Poll::Ready(Ok(()));
-            }
-            // Not at a boundary yet. hyper reads again only when the
-            // socket wakes it, so the end of the response (its flush)
-            // wakes it to try again.
-            this.retry = Some(cx.waker().clone());
-        }
-        if let Poll::Ready(Ok(())) = result
-            && buf.filled().len() > before
-        {
-            let new = &buf.filled()[before..];
-            if this.park {
-                this.remember_tail(new);
-                this.state
-                    .partial_tail
-                    .store(!ends_head(&this.tail), Ordering::Relaxed);
-            }
-            if !this.started {
-                this.started = true;
-                if new.starts_with(H2_PREFACE) {
-                    this.state.h2.store(true, Ordering::Relaxed);
-                }
-            }
-            if this.state.touch_read() {
-                this.line_done = false;
-            }
-            if !this.line_done && new.contains(&b'\n') {
-                this.line_done = true;
-            }
-        }
-        result
-    }
-}
-
-impl<S> WatchedIo<S> {
-    /// hyper answers any head over the limit with 431; when the request
-    /// line itself never ended, 414 is the precise answer (RFC 9112 §3).
-    fn precise_status(&self, data: &[u8]) -> Option<Vec<u8>> {
-        if self.line_done || !data.starts_with(STATUS_431) {
-            return None;
-        }
-        let mut out = data.to_vec();
-        out[..STATUS_414.len()].copy_from_slice(STATUS_414);
-        Some(out)
-    }
-}
-
-impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        this.state.sendfile.set_unflushed(true);
-        if this.sender.is_none() {
-            this.sender = this.state.sendfile.take();
-        }
-        if let Some(sender) = this.sender.as_mut() {
-            let result = sender.poll_write(&mut this.inner, cx, data);
-            if sender.done() || matches!(result, Poll::Ready(Err(_))) {
-                this.sender = None;
-            }
-            this.state.touch_write(&result);
-            return result;
-        }
-        let result = match this.precise_status(data) {
-            Some(rewritten) => {
-                this.state.uri_too_long.store(true, Ordering::Relaxed);
-                Pin::new(&mut this.inner).poll_write(cx, &rewritten)
-            }
-            None => Pin::new(&mut this.inner).poll_write(cx, data),
-        };
-        this.state.touch_write(&result);
-        result
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.sender.is_some() || this.state.sendfile.offered() {
-            // Not with hyper's settings (`writev(false)`); correct anyway.
-            let first = bufs
-                .iter()
-                .find(|b| !b.is_empty())
-                .map_or(&[][..], |b| &**b);
-            return Pin::new(this).poll_write(cx, first);
-        }
-        this.state.sendfile.set_unflushed(true);
-        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.state.touch_write(&result);
-        result
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        // hyper flushes the stream only once its own buffer is written.
-        let this = self.get_mut();
-        let result = Pin::new(&mut this.inner).poll_flush(cx);
-        if let Poll::Ready(Ok(())) = result {
-            this.state.sendfile.set_unflushed(false);
-            if let Some(waker) = this.retry.take() {
-                waker.wake();
-            }
-        }
-        result
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tail_after(chunks: &[&[u8]]) -> [u8; 4] {
-        let mut io = WatchedIo::new((), Arc::new(ConnState::new()));
-        for c in chunks {
-            io.remember_tail(c);
-        }
-        io.tail
-    }
-
-    #[test]
-    fn the_tail_is_the_last_four_bytes_read_across_chunks() {
-        assert_eq!(&tail_after(&[b"GET / HTTP/1.1\r\n\r\n"]), b"\r\n\r\n");
-        assert_eq!(&tail_after(&[b"GET / HTTP/1.1\r\n\r", b"\n"]), b"\r\n\r\n");
-        assert_eq!(&tail_after(&[b"x\r\n", b"\r", b"\n"]), b"\r\n\r\n");
-        assert_eq!(&tail_after(&[b"\r\n\r\n", b"GET"]), b"\nGET");
-        assert_eq!(&tail_after(&[b"\r\n\r\nGET / HTTP/1.1\r\nHo"]), b"\r\nHo");
-        assert_eq!(&tail_after(&[b"{\"a\":1}"]), b"\":1}");
-    }
-
-    #[test]
-    fn the_414_status_line_replaces_the_431_one_byte_for_byte() {
-        assert_eq!(STATUS_414.len(), STATUS_431.len());
-        assert!(STATUS_414.ends_with(b"\r\n"));
     }
 }

@@ -11,15 +11,17 @@
 //! belong together.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 
 use super::compress::{self, Encoding};
+use super::headers::{
+    content_hash, content_type_for, disk_etag, http_date, quoted_etag, whole_seconds,
+};
 use crate::config::{CacheConfig, SiteConfig};
 use crate::file_stamp::FileStamp;
 
@@ -114,6 +116,10 @@ pub struct DiskFile {
     pub path: PathBuf,
     /// Last modification, whole seconds.
     pub modified: SystemTime,
+    /// Its precompressed `.br` sibling, held in memory when it fits.
+    pub brotli: Option<Variant>,
+    /// Its precompressed `.gz` sibling, likewise.
+    pub gzip: Option<Variant>,
     fingerprint: Fingerprint,
 }
 
@@ -148,12 +154,6 @@ impl DiskFile {
             modified,
         ))
     }
-}
-
-/// The validator of a file streamed from disk: size and modification time
-/// (its content is not read at load).
-fn disk_etag(stamp: FileStamp) -> HeaderValue {
-    quoted_etag(&format!("{:x}-{:x}", stamp.len, stamp.mtime_ns))
 }
 
 /// A file of the site.
@@ -409,10 +409,7 @@ impl Loader<'_> {
                 return Ok(());
             }
             Some(Resource::Disk(f)) if f.fingerprint == fingerprint => {
-                self.cache.stats.streamed_files += 1;
-                self.cache
-                    .files
-                    .insert(key.into(), Resource::Disk(f.clone()));
+                self.add_streamed(key, f.clone());
                 return Ok(());
             }
             _ => {}
@@ -426,53 +423,37 @@ impl Loader<'_> {
             if len <= self.site.cache.max_file_size {
                 tracing::warn!(site = %self.site.name, file = %path.display(), "cache budget used up: streaming from disk");
             }
-            let etag = disk_etag(FileStamp::from_meta(meta));
-            let rep = self.representation(&content_type, len, etag, &last_modified, None, false);
-            self.cache.stats.streamed_files += 1;
-            self.cache.files.insert(
-                key.into(),
-                Resource::Disk(Arc::new(DiskFile {
-                    rep,
-                    path: path.to_path_buf(),
-                    modified,
-                    fingerprint,
-                })),
+            let stamp = FileStamp::from_meta(meta);
+            // Precompressed siblings only: compressing a large file at
+            // load would hold it whole in memory.
+            let tag = format!("{:x}-{:x}", stamp.len, stamp.mtime_ns);
+            let [brotli, gzip] = self.variants(path, &tag, &content_type, &last_modified, None);
+            let vary = brotli.is_some() || gzip.is_some();
+            let rep = self.representation(
+                &content_type,
+                len,
+                disk_etag(stamp),
+                &last_modified,
+                None,
+                vary,
             );
+            let file = DiskFile {
+                rep,
+                path: path.to_path_buf(),
+                modified,
+                brotli,
+                gzip,
+                fingerprint,
+            };
+            self.add_streamed(key, Arc::new(file));
             return Ok(());
         }
         let data = Bytes::from(std::fs::read(path)?);
         let hash = content_hash(&data);
-        let ct = content_type.to_str().unwrap_or("");
-        let mut variants: [Option<Variant>; 2] = [None, None];
-        for (slot, encoding) in variants.iter_mut().zip([Encoding::Brotli, Encoding::Gzip]) {
-            let sibling = PathBuf::from(format!("{}.{}", path.display(), encoding.suffix()));
-            // A sibling's tag names its own bytes too (a new `.gz`, a new tag).
-            let body = match self.read_sibling(&sibling) {
-                Some(bytes) => Some((format!("-{:016x}", content_hash(&bytes)), bytes)),
-                None if self.site.cache.compress && compress::is_compressible(ct) => {
-                    compress::compress(&data, encoding).map(|b| (String::new(), b))
-                }
-                None => None,
-            };
-            if let Some((own, body)) = body {
-                let etag = quoted_etag(&format!("{hash:016x}{own}-{}", encoding.suffix()));
-                let rep = self.representation(
-                    &content_type,
-                    body.len() as u64,
-                    etag,
-                    &last_modified,
-                    Some(encoding),
-                    true,
-                );
-                *slot = Some(Variant {
-                    rep,
-                    body: Bytes::from(body),
-                });
-            }
-        }
-        let [brotli, gzip] = variants;
+        let tag = format!("{hash:016x}");
+        let [brotli, gzip] = self.variants(path, &tag, &content_type, &last_modified, Some(&data));
         let vary = brotli.is_some() || gzip.is_some();
-        let etag = quoted_etag(&format!("{hash:016x}"));
+        let etag = quoted_etag(&tag);
         let identity = Variant {
             rep: self.representation(
                 &content_type,
@@ -497,17 +478,56 @@ impl Loader<'_> {
         Ok(())
     }
 
+    /// The compressed variants of the file at `path`, whose validator is
+    /// `tag`: its precompressed siblings, else (for a body `compress_from`
+    /// of a compressible type, when the site compresses) made now.
+    fn variants(
+        &self,
+        path: &Path,
+        tag: &str,
+        content_type: &HeaderValue,
+        last_modified: &HeaderValue,
+        compress_from: Option<&[u8]>,
+    ) -> [Option<Variant>; 2] {
+        let ct = content_type.to_str().unwrap_or("");
+        let compress = self.site.cache.compress && compress::is_compressible(ct);
+        [Encoding::Brotli, Encoding::Gzip].map(|encoding| {
+            let sibling = PathBuf::from(format!("{}.{}", path.display(), encoding.suffix()));
+            // A sibling's tag names its own bytes too (a new `.gz`, a new tag).
+            let (own, body) = match (self.read_sibling(&sibling), compress_from) {
+                (Some(bytes), _) => (format!("-{:016x}", content_hash(&bytes)), bytes),
+                (None, Some(data)) if compress => {
+                    (String::new(), compress::compress(data, encoding)?)
+                }
+                (None, _) => return None,
+            };
+            let etag = quoted_etag(&format!("{tag}{own}-{}", encoding.suffix()));
+            let len = body.len() as u64;
+            let rep =
+                self.representation(content_type, len, etag, last_modified, Some(encoding), true);
+            Some(Variant {
+                rep,
+                body: Bytes::from(body),
+            })
+        })
+    }
+
     /// Adds a file held in memory, counting it in the statistics.
     fn add_cached(&mut self, key: String, file: Arc<CachedFile>) {
-        let variants = [&file.brotli, &file.gzip];
         let stats = &mut self.cache.stats;
         stats.cached_files += 1;
         stats.cached_bytes += file.identity.body.len() as u64;
-        for v in variants.iter().flat_map(|v| v.as_ref()) {
-            stats.cached_bytes += v.body.len() as u64;
-            stats.compressed_variants += 1;
-        }
+        count_variants(stats, [&file.brotli, &file.gzip]);
         self.cache.files.insert(key.into(), Resource::Memory(file));
+    }
+
+    /// Adds a file streamed from disk, counting it (and its siblings held
+    /// in memory) in the statistics.
+    fn add_streamed(&mut self, key: String, file: Arc<DiskFile>) {
+        let stats = &mut self.cache.stats;
+        stats.streamed_files += 1;
+        count_variants(stats, [&file.brotli, &file.gzip]);
+        self.cache.files.insert(key.into(), Resource::Disk(file));
     }
 
     /// A precompressed sibling (`file.br`, `file.gz`), under the same rules
@@ -561,40 +581,10 @@ impl Loader<'_> {
     }
 }
 
-/// Content-Type from the extension, with a charset for text.
-pub(crate) fn content_type_for(path: &Path) -> HeaderValue {
-    let mime = mime_guess::from_path(path).first_or_octet_stream();
-    let essence = mime.essence_str();
-    let text = mime.type_() == mime_guess::mime::TEXT
-        || matches!(
-            essence,
-            "application/javascript" | "application/json" | "image/svg+xml" | "application/xml"
-        );
-    let value = if text && mime.get_param("charset").is_none() {
-        format!("{essence}; charset=utf-8")
-    } else {
-        mime.to_string()
-    };
-    HeaderValue::from_str(&value).unwrap_or(HeaderValue::from_static("application/octet-stream"))
-}
-
-fn content_hash(data: &[u8]) -> u64 {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    data.hash(&mut hasher);
-    hasher.finish()
-}
-
-fn quoted_etag(tag: &str) -> HeaderValue {
-    HeaderValue::from_str(&format!("\"{tag}\"")).unwrap_or(HeaderValue::from_static("\"0\""))
-}
-
-/// Truncates a time to whole seconds, as HTTP dates carry no more.
-pub(crate) fn whole_seconds(t: SystemTime) -> SystemTime {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    UNIX_EPOCH + Duration::from_secs(secs)
-}
-
-fn http_date(t: SystemTime) -> HeaderValue {
-    HeaderValue::from_str(&httpdate::fmt_http_date(t))
-        .unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"))
+/// Counts compressed variants held in memory.
+fn count_variants(stats: &mut CacheStats, variants: [&Option<Variant>; 2]) {
+    for v in variants.into_iter().flatten() {
+        stats.cached_bytes += v.body.len() as u64;
+        stats.compressed_variants += 1;
+    }
 }

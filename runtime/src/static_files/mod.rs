@@ -2,12 +2,14 @@
 //!
 //! - `cache`: loading a root into memory, precomputing headers and variants;
 //! - `compress`: load-time gzip/brotli and `Accept-Encoding` parsing;
+//! - `headers`: content types, validators and dates;
 //! - `respond`: conditional requests, ranges, folders.
 //!
 //! Request paths arrive normalised (`request::path`).
 
 mod cache;
 mod compress;
+mod headers;
 mod respond;
 
 pub use cache::{CacheError, CacheStats, SiteCache};

@@ -64,7 +64,7 @@ fn from_memory<B>(
     let variant = if range.is_some() {
         &file.identity
     } else {
-        choose_variant(file, headers)
+        chosen(&file.brotli, &file.gzip, headers).unwrap_or(&file.identity)
     };
     if let Some(res) = not_modified(&variant.rep, file.modified, headers)? {
         return Ok(res);
@@ -123,11 +123,31 @@ async fn from_disk<B>(
         return Err(RequestError::NotFound);
     }
     let fresh = file.revalidated(&meta);
+    let headers = req.headers();
+    // A precompressed sibling held in memory, for the file as loaded
+    // (ranges apply to the identity body only, as from memory).
+    if fresh.is_none()
+        && !headers.contains_key(header::RANGE)
+        && let Some(variant) = chosen(&file.brotli, &file.gzip, headers)
+    {
+        if let Some(res) = not_modified(&variant.rep, file.modified, headers)? {
+            return Ok(res);
+        }
+        let body = if head {
+            Body::empty()
+        } else {
+            Body::full(variant.body.clone())
+        };
+        return Ok(with_headers(
+            StatusCode::OK,
+            variant.rep.headers.clone(),
+            body,
+        ));
+    }
     let (rep, modified) = match &fresh {
         Some((rep, modified)) => (rep, *modified),
         None => (&file.rep, file.modified),
     };
-    let headers = req.headers();
     if let Some(res) = not_modified(rep, modified, headers)? {
         return Ok(res);
     }
@@ -164,18 +184,21 @@ async fn open_no_follow(path: &std::path::Path) -> std::io::Result<tokio::fs::Fi
     tokio::fs::OpenOptions::from(options).open(path).await
 }
 
-fn choose_variant<'f>(file: &'f CachedFile, headers: &HeaderMap) -> &'f Variant {
-    if file.brotli.is_none() && file.gzip.is_none() {
-        return &file.identity;
+/// The compressed variant the client accepts, brotli first; `None` for
+/// the identity body.
+fn chosen<'f>(
+    brotli: &'f Option<Variant>,
+    gzip: &'f Option<Variant>,
+    headers: &HeaderMap,
+) -> Option<&'f Variant> {
+    if brotli.is_none() && gzip.is_none() {
+        return None;
     }
-    let Some(value) = headers.get(header::ACCEPT_ENCODING) else {
-        return &file.identity;
-    };
-    let accepted = Accepted::parse(value.as_bytes());
-    match (&file.brotli, &file.gzip) {
-        (Some(br), _) if accepted.brotli => br,
-        (_, Some(gz)) if accepted.gzip => gz,
-        _ => &file.identity,
+    let accepted = Accepted::parse(headers.get(header::ACCEPT_ENCODING)?.as_bytes());
+    match (brotli, gzip) {
+        (Some(br), _) if accepted.brotli => Some(br),
+        (_, Some(gz)) if accepted.gzip => Some(gz),
+        _ => None,
     }
 }
 

@@ -1,0 +1,55 @@
+//! The headers a cached file's answers are built from: its type, its
+//! validators (content hash, or size and time for a streamed file) and
+//! its dates.
+
+use std::hash::{Hash, Hasher};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::header::HeaderValue;
+
+use crate::file_stamp::FileStamp;
+
+/// The validator of a file streamed from disk: size and modification time
+/// (its content is not read at load).
+pub(super) fn disk_etag(stamp: FileStamp) -> HeaderValue {
+    quoted_etag(&format!("{:x}-{:x}", stamp.len, stamp.mtime_ns))
+}
+
+/// Content-Type from the extension, with a charset for text.
+pub(crate) fn content_type_for(path: &Path) -> HeaderValue {
+    let mime = mime_guess::from_path(path).first_or_octet_stream();
+    let essence = mime.essence_str();
+    let text = mime.type_() == mime_guess::mime::TEXT
+        || matches!(
+            essence,
+            "application/javascript" | "application/json" | "image/svg+xml" | "application/xml"
+        );
+    let value = if text && mime.get_param("charset").is_none() {
+        format!("{essence}; charset=utf-8")
+    } else {
+        mime.to_string()
+    };
+    HeaderValue::from_str(&value).unwrap_or(HeaderValue::from_static("application/octet-stream"))
+}
+
+pub(super) fn content_hash(data: &[u8]) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    data.hash(&mut hasher);
+    hasher.finish()
+}
+
+pub(super) fn quoted_etag(tag: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{tag}\"")).unwrap_or(HeaderValue::from_static("\"0\""))
+}
+
+/// Truncates a time to whole seconds, as HTTP dates carry no more.
+pub(crate) fn whole_seconds(t: SystemTime) -> SystemTime {
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+pub(super) fn http_date(t: SystemTime) -> HeaderValue {
+    HeaderValue::from_str(&httpdate::fmt_http_date(t))
+        .unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"))
+}
