@@ -322,3 +322,42 @@ async fn p3_outbound_requests_follow_the_route_rules() -> Result<()> {
     assert!(answer.contains("DestinationIpProhibited"), "{answer}");
     Ok(())
 }
+
+/// With `reuse`, a p3 instance that kept its request, or whose tasks still
+/// ran once its answer was sent, is not reused: the next client never
+/// reads that request, and never waits behind (or pays for) that work.
+#[tokio::test]
+async fn p3_instances_that_kept_a_request_or_left_work_running_are_not_reused() -> Result<()> {
+    let (_site, server) =
+        start("reuse = 10\nmax_concurrency = 1\ntimeout = \"3s\"\nqueue_timeout = \"500ms\"\n")
+            .await?;
+    // A quiet guest is reused.
+    let first: u32 = server.get("/p/count").await?.text().parse()?;
+    let second: u32 = server.get("/p/count").await?.text().parse()?;
+    assert_eq!(second, first + 1, "a quiet instance was not reused");
+    let stash = server
+        .send(
+            Request::post(server.url("/p/stash"))
+                .header("x-secret", "alice-token")
+                .body(Full::new(Bytes::from_static(b"alice-private-body")))?,
+        )
+        .await?;
+    assert_eq!(stash.text(), "stashed");
+    assert_eq!(server.get("/p/peek").await?.text(), "nothing");
+    // An answer whose task spins on after it: the client has it whole,
+    // and the next request (one at a time here) is served at once, not
+    // refused while that task runs out its timeout.
+    let done = server.get("/p/bg-loop").await?;
+    assert_eq!(
+        (done.status, done.text()),
+        (StatusCode::OK, "done".to_owned())
+    );
+    for _ in 0..3 {
+        let next = server.get("/p/ok").await?;
+        assert_eq!(
+            (next.status, next.text()),
+            (StatusCode::OK, "ok".to_owned())
+        );
+    }
+    Ok(())
+}

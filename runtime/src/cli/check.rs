@@ -87,9 +87,16 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
             outln!("  cache_control {cc}");
         }
         for route in site.servlets.routes.iter() {
-            let swan::servlet::Target::Servlet(servlet) = &route.target else {
-                outln!("  servlet {:<16} (build failed)", route.path.to_string());
-                continue;
+            let servlet = match &route.target {
+                swan::servlet::Target::Servlet(servlet) => servlet,
+                swan::servlet::Target::BuildFailed(_) => {
+                    outln!("  servlet {:<16} (build failed)", route.path.to_string());
+                    continue;
+                }
+                swan::servlet::Target::Refused(_) => {
+                    outln!("  servlet {:<16} (refused)", route.path.to_string());
+                    continue;
+                }
             };
             let info = servlet.info();
             let l = &info.limits;

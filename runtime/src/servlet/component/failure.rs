@@ -107,7 +107,7 @@ pub(super) fn p2_code(code: &ErrorCode) -> GuestCode {
     }
 }
 
-/// What a p2 guest that returned still holds (its table is scanned once).
+/// What a guest that returned still holds (its table is scanned once).
 pub(super) struct Leftovers {
     /// Of its answer: a response outparam it never set, or an outgoing
     /// body it never finished. Once `handle` returns no guest code runs
@@ -135,9 +135,21 @@ pub(super) fn leftovers(table: &mut wasmtime::component::ResourceTable) -> Lefto
         } else if entry.is::<HostIncomingRequest>()
             || entry.is::<HostIncomingBody>()
             || entry.is::<HostFutureTrailers>()
+            || holds_p3_request(&*entry)
         {
             found.request = true;
         }
     }
     found
+}
+
+/// A p3 guest's request, kept past its answer (in a global, say).
+#[cfg(feature = "p3")]
+fn holds_p3_request(entry: &(dyn std::any::Any + Send)) -> bool {
+    entry.is::<wasmtime_wasi_http::p3::Request>()
+}
+
+#[cfg(not(feature = "p3"))]
+fn holds_p3_request(_: &(dyn std::any::Any + Send)) -> bool {
+    false
 }

@@ -382,12 +382,11 @@ impl Guest for ComponentGuest {
             let result = {
                 let call = async {
                     match (handler, call) {
-                        (Handler::P2(proxy), Call::P2(req, out)) => {
-                            proxy
-                                .wasi_http_incoming_handler()
-                                .call_handle(&mut *store, req, out)
-                                .await
-                        }
+                        (Handler::P2(proxy), Call::P2(req, out)) => proxy
+                            .wasi_http_incoming_handler()
+                            .call_handle(&mut *store, req, out)
+                            .await
+                            .map(|()| true),
                         #[cfg(feature = "p3")]
                         (Handler::P3(service), Call::P3(prepared, head)) => {
                             p3_serve::run(store, service, prepared, head).await
@@ -450,11 +449,16 @@ impl Guest for ComponentGuest {
                     None => None,
                 };
                 match finished {
-                    Some(Ok(())) => Ok(()),
+                    Some(Ok(quiet)) => Ok(quiet),
                     Some(Err(e)) => Err(guest.describe_failure(&e)),
                     None => Err("servlet ran past its deadline".to_owned()),
                 }
             };
+            // A p3 guest whose tasks were still running when its response
+            // was sent (stopped then) is not reused: its work would run on
+            // the next request's time, and see it.
+            let quiet = matches!(result, Ok(true));
+            let result = result.map(|_| ());
             // A guest that returned while still holding its answer (a
             // response outparam it never set, a body it never finished)
             // failed: its body must end as an abort, never as a complete
@@ -476,7 +480,7 @@ impl Guest for ComponentGuest {
             // response body's sender) is dropped or given back.
             let ok = result.is_ok();
             let _ = outcome_tx.send(result);
-            if ok && !left.request {
+            if ok && quiet && !left.request {
                 lease.finish();
             }
         });

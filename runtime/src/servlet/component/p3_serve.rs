@@ -4,8 +4,10 @@
 //! A p3 guest runs inside wasmtime's concurrent event loop
 //! (`run_concurrent`): its `handle` returns the response, and the guest
 //! goes on writing the body's stream in tasks of its own. The loop keeps
-//! running until the client has the whole body (or has gone), then the
-//! instance is finished like any other.
+//! running until the client has the whole body (or has gone), and for at
+//! most [`QUIET_GRACE`] more while the guest's tasks end; then it stops.
+//! A guest with tasks still running then (background work it spawned, a
+//! task spinning) is stopped there, and its instance is not reused.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -63,40 +65,61 @@ pub(super) fn prepare(
     })
 }
 
-/// Runs one request to the end of its response body.
+/// How long a guest's tasks have, once its response is sent, to end
+/// before the instance is taken for busy.
+const QUIET_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Runs one request to the end of its response body: whether the guest
+/// was quiet then (no task of its still running), so that its instance
+/// may serve another request.
 pub(super) async fn run(
     store: &mut Store<ComponentHost>,
     service: &Service,
     prepared: Prepared,
     head: oneshot::Sender<Head>,
-) -> wasmtime::Result<()> {
+) -> wasmtime::Result<bool> {
+    use futures_util::FutureExt;
     let Prepared { req, io } = prepared;
-    store
-        .run_concurrent(async move |accessor| -> wasmtime::Result<()> {
-            let answer = service
-                .wasi_http_handler()
-                .call_handle(accessor, req)
-                .await?;
-            let res = match answer {
-                Ok(res) => res,
-                Err(code) => {
-                    let _ = head.send(Err(guest_code(&code)));
-                    return Ok(());
-                }
-            };
-            let res = accessor.with(|mut access| {
-                let res = access.get().http().table.delete(res)?;
-                res.into_http(&mut access, io)
-            })?;
-            let (sent_tx, sent_rx) = oneshot::channel();
-            if head.send(Ok((res, Some(sent_tx)))).is_ok() {
-                // The guest writes its body from here; the loop runs until
-                // the body is sent or dropped.
-                let _ = sent_rx.await;
+    let (sent_tx, sent_rx) = oneshot::channel::<()>();
+    let sent = sent_rx.shared();
+    let sent_seen_outside = sent.clone();
+    let looping = store.run_concurrent(async move |accessor| -> wasmtime::Result<bool> {
+        let answer = service
+            .wasi_http_handler()
+            .call_handle(accessor, req)
+            .await?;
+        let res = match answer {
+            Ok(res) => res,
+            Err(code) => {
+                let _ = head.send(Err(guest_code(&code)));
+                return Ok(false);
             }
-            Ok(())
-        })
-        .await?
+        };
+        let res = accessor.with(|mut access| {
+            let res = access.get().http().table.delete(res)?;
+            res.into_http(&mut access, io)
+        })?;
+        if head.send(Ok((res, Some(sent_tx)))).is_err() {
+            return Ok(false);
+        }
+        // The guest writes its body from here; the loop runs until the
+        // body is sent or dropped, then while the guest's tasks end.
+        let _ = sent.await;
+        let ended = std::future::poll_fn(|cx| accessor.poll_no_interesting_tasks(cx));
+        Ok(tokio::time::timeout(QUIET_GRACE, ended).await.is_ok())
+    });
+    tokio::pin!(looping);
+    // wasmtime may not poll the closure while a guest task runs (its
+    // `run_concurrent` docs: timeouts belong around the loop, not in it),
+    // so the end of the body is watched from here too.
+    tokio::select! {
+        biased;
+        done = &mut looping => done?,
+        _ = sent_seen_outside => match tokio::time::timeout(QUIET_GRACE, &mut looping).await {
+            Ok(done) => done?,
+            Err(_) => Ok(false),
+        },
+    }
 }
 
 /// What a p3 guest's own error code means for the client.

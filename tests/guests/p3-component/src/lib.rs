@@ -17,6 +17,9 @@
 //! | `/upload` | reads the request body as it comes, answers its length |
 //! | `/error` | answers the error code `internal-error` |
 //! | `/fetch?url=U` | GETs U with `wasi:http/client`: `STATUS BODY`, or `error: CODE` |
+//! | `/stash` | keeps its request (unread) in a global, then 200 `stashed` |
+//! | `/peek` | the kept request's `x-secret` header and body, or `nothing` |
+//! | `/bg-loop` | answers `done` whole, then spins in a task of its own |
 //! | `/print` | writes a line to stdout, then 200 |
 
 use wasip3::http::types::{ErrorCode, Fields, Method, Request, Response, Scheme};
@@ -24,6 +27,11 @@ use wasip3::wit_bindgen::StreamResult;
 use wasip3::{wit_bindgen, wit_future, wit_stream};
 
 static mut COUNT: u32 = 0;
+
+thread_local! {
+    /// A request `/stash` kept past its answer.
+    static STASH: std::cell::RefCell<Option<Request>> = const { std::cell::RefCell::new(None) };
+}
 
 struct P3;
 
@@ -37,6 +45,36 @@ impl wasip3::exports::http::handler::Guest for P3 {
         let n = param(query, "n").and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
         match name.as_str() {
             "ok" => respond(200, b"ok".to_vec()),
+            "stash" => {
+                STASH.with(|s| *s.borrow_mut() = Some(request));
+                respond(200, b"stashed".to_vec())
+            }
+            "peek" => match STASH.with(|s| s.borrow_mut().take()) {
+                Some(kept) => {
+                    let secret = kept
+                        .get_headers()
+                        .get("x-secret")
+                        .first()
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                        .unwrap_or_default();
+                    let body = read_all(kept).await.unwrap_or_default();
+                    let text = format!("kept {secret} {}", String::from_utf8_lossy(&body));
+                    respond(200, text.into_bytes())
+                }
+                None => respond(200, b"nothing".to_vec()),
+            },
+            "bg-loop" => {
+                let (mut tx, response) = start(200, "text/plain; charset=utf-8")?;
+                wit_bindgen::spawn_local(async move {
+                    let _ = tx.write_all(b"done".to_vec()).await;
+                    drop(tx);
+                    let mut x: u64 = 0;
+                    loop {
+                        x = std::hint::black_box(x.wrapping_add(1));
+                    }
+                });
+                Ok(response)
+            }
             "count" => {
                 // SAFETY: an instance runs one request at a time.
                 #[allow(static_mut_refs)]
