@@ -40,11 +40,24 @@ pub(crate) fn is_placeholder(data: &Bytes) -> bool {
 /// waker. The body yields its next chunk only once the stream has caught
 /// up, so the response stays in flight (and its bytes counted) about as
 /// long as its file is being sent.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Pacer {
     yielded: std::sync::atomic::AtomicU64,
     sent: std::sync::atomic::AtomicU64,
     waker: futures_util::task::AtomicWaker,
+    /// What must live until the stream is done with the bytes (see
+    /// [`Pacer::hold`]).
+    held: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    /// The stream is done: sent everything, or gave up.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Pacer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pacer")
+            .field("owed", &self.owed())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Pacer {
@@ -54,6 +67,28 @@ impl Pacer {
         self.yielded
             .load(Acquire)
             .saturating_sub(self.sent.load(Acquire))
+    }
+
+    /// Keeps `what` until the stream is done with the bytes the body
+    /// yielded (hyper drops a body once it has counted its last chunk,
+    /// which may still be owed): at once when it is done already.
+    pub(crate) fn hold(&self, what: Box<dyn std::any::Any + Send>) {
+        use std::sync::atomic::Ordering::Acquire;
+        if self.closed.load(Acquire) {
+            return;
+        }
+        if let Ok(mut held) = self.held.lock() {
+            *held = Some(what);
+        }
+    }
+
+    /// The stream is done (everything sent, or it gave up): what was held
+    /// goes now.
+    pub(crate) fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        let held = self.held.lock().ok().and_then(|mut h| h.take());
+        drop(held);
     }
 
     /// The stream sent `n` more bytes; wakes the body once none are owed.
@@ -136,6 +171,14 @@ impl Body {
         }
     }
 
+    /// A placeholder body's pacer (its bytes are sent by the connection).
+    pub(crate) fn pacer(&self) -> Option<&std::sync::Arc<Pacer>> {
+        match &self.kind {
+            Kind::Placeholder { pacer, .. } => Some(pacer),
+            _ => None,
+        }
+    }
+
     /// Whether this is a file body not yet read from.
     pub(crate) fn is_unread_file(&self) -> bool {
         matches!(&self.kind, Kind::File(f) if f.unread.is_some())
@@ -175,6 +218,35 @@ impl Body {
                 None
             }
         }
+    }
+}
+
+impl Body {
+    /// Takes the bytes out of an in-memory body of at least `at_least`
+    /// bytes, for a connection that writes them itself; the body then
+    /// yields as many placeholder bytes, paced by `pacer`, as for a file.
+    pub(crate) fn take_large_bytes(
+        &mut self,
+        at_least: usize,
+        pacer: &std::sync::Arc<Pacer>,
+    ) -> Option<Bytes> {
+        let Kind::Full(Some(bytes)) = &self.kind else {
+            return None;
+        };
+        if bytes.len() < at_least {
+            return None;
+        }
+        let remaining = bytes.len() as u64;
+        let Kind::Full(bytes) = std::mem::replace(
+            &mut self.kind,
+            Kind::Placeholder {
+                remaining,
+                pacer: pacer.clone(),
+            },
+        ) else {
+            return None;
+        };
+        bytes
     }
 }
 
@@ -343,4 +415,53 @@ fn file_frame(
         ))),
         None => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::Pacer;
+
+    /// Sets its flag when dropped.
+    struct Dropped(Arc<AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn what_a_pacer_holds_goes_when_the_stream_is_done_and_not_before() {
+        let pacer = Pacer::default();
+        let gone = Arc::new(AtomicBool::new(false));
+        pacer.hold(Box::new(Dropped(gone.clone())));
+        assert!(
+            !gone.load(Ordering::SeqCst),
+            "dropped while bytes were owed"
+        );
+        pacer.close();
+        assert!(
+            gone.load(Ordering::SeqCst),
+            "kept after the stream was done"
+        );
+        // Held after the stream gave up: dropped at once.
+        let late = Arc::new(AtomicBool::new(false));
+        pacer.hold(Box::new(Dropped(late.clone())));
+        assert!(late.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn owed_bytes_are_those_yielded_and_not_yet_sent() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let pacer = Pacer::default();
+        pacer.yielded.store(1 << 20, Relaxed);
+        assert_eq!(pacer.owed(), 1 << 20);
+        pacer.sent(1000);
+        assert_eq!(pacer.owed(), (1 << 20) - 1000);
+        pacer.sent((1 << 20) - 1000);
+        assert_eq!(pacer.owed(), 0);
+    }
 }

@@ -337,3 +337,170 @@ async fn an_unread_request_body_does_not_cut_a_large_answer_short() -> Result<()
     ensure!(sent_by_kernel(&server) >= 3, "not sent by sendfile");
     Ok(())
 }
+
+/// Cached bodies of 64 KiB and more on plain HTTP/1 are written by the
+/// connection's stream from the cache itself (no copy into hyper's
+/// buffer), paced like files: every size and range whole, pipelined in
+/// order among small cached and streamed files, over HTTP/2 as before.
+#[tokio::test]
+async fn large_cached_bodies_are_written_from_the_cache_whole() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    let sizes = [
+        (64 << 10) - 1,
+        64 << 10,
+        (64 << 10) + 1,
+        CHUNK - 1,
+        CHUNK,
+        CHUNK + 1,
+        3 * CHUNK + 7,
+    ];
+    for (i, len) in sizes.iter().enumerate() {
+        site.file(&format!("www/c{i}.bin"), contents(*len, 20 + i as u32))?;
+    }
+    let streamed = contents(5 * CHUNK + 3, 30);
+    site.file("www/streamed.bin", &streamed)?;
+    site.file("www/small.txt", "cached")?;
+    let config = site.config(
+        "[[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"4 MiB\"\ncompress = false\n",
+    )?;
+    let server = TestServer::start(config).await?;
+    for (i, len) in sizes.iter().enumerate() {
+        let want = contents(*len, 20 + i as u32);
+        let path = format!("/c{i}.bin");
+        let r = server.get(&path).await?;
+        assert_eq!(r.header("content-length"), len.to_string());
+        assert!(r.body[..] == want[..], "{path}: body differs");
+        for (range, first, last) in ranges(*len) {
+            let r = server.get_with(&path, &[("range", &range)]).await?;
+            assert_eq!(r.status, StatusCode::PARTIAL_CONTENT, "{path} {range}");
+            assert!(r.body[..] == want[first..=last], "{path} {range}");
+        }
+        let r = server
+            .send_h2(Request::get(server.url(&path)).body(Full::<Bytes>::default())?)
+            .await?;
+        assert!(r.body[..] == want[..], "h2 {path}");
+    }
+    // Pipelined: large cached, small, streamed, ranged, HEAD, in one write.
+    let big = contents(3 * CHUNK + 7, 26);
+    let mid = contents(CHUNK, 24);
+    let requests: Vec<(&str, &str, Vec<u8>)> = vec![
+        ("GET /c6.bin", "", big.clone()),
+        ("GET /small.txt", "", b"cached".to_vec()),
+        ("GET /streamed.bin", "", streamed.clone()),
+        (
+            "GET /c4.bin",
+            "Range: bytes=65530-70000\r\n",
+            mid[65_530..=70_000].to_vec(),
+        ),
+        ("HEAD /c6.bin", "", Vec::new()),
+        ("GET /c4.bin", "", mid.clone()),
+        ("GET /c6.bin", "", big.clone()),
+    ];
+    let mut stream = TcpStream::connect(server.addr()).await?;
+    for round in 0..2 {
+        let mut all = Vec::new();
+        for (line, extra, _) in &requests {
+            all.extend_from_slice(format!("{line} HTTP/1.1\r\nHost: a\r\n{extra}\r\n").as_bytes());
+        }
+        stream.write_all(&all).await?;
+        // The second round starts reading late: the socket fills first.
+        if round == 1 {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+        }
+        let mut buffered = Vec::new();
+        for (line, _, want) in &requests {
+            if line.starts_with("HEAD") {
+                let head = read_head_only(&mut stream, &mut buffered).await?;
+                assert!(
+                    head.contains(&format!("content-length: {}", big.len())),
+                    "{head}"
+                );
+            } else {
+                let r = read_response(&mut stream, &mut buffered).await?;
+                assert!(r.body == *want, "round {round} {line}: {}", r.head);
+            }
+        }
+        assert!(buffered.is_empty());
+    }
+    Ok(())
+}
+
+/// Reads one response head (for HEAD: no body follows), leaving what comes
+/// after it in `buffered`.
+async fn read_head_only(stream: &mut TcpStream, buffered: &mut Vec<u8>) -> Result<String> {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        if let Some(end) = buffered.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buffered[..end]).to_ascii_lowercase();
+            buffered.drain(..end + 4);
+            return Ok(head);
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await??;
+        ensure!(n > 0, "closed before a head");
+        buffered.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// A servlet that writes 128 KiB (zeros) after setting `status`.
+fn large_answer(status: u32) -> Vec<u8> {
+    let text = format!(
+        r#"(module
+  (import "swan" "response_status" (func $status (param i32) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 3)
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32)
+    (drop (call $status (i32.const {status})))
+    (drop (call $write (i32.const 0) (i32.const 131072)))
+    i32.const 0))"#
+    );
+    wat::parse_str(&text).unwrap_or_else(|e| panic!("bad test WAT: {e}"))
+}
+
+/// Large in-memory answers hyper sends no body for (to HEAD, a 204 or a
+/// 304 from a servlet) are never handed to the stream: the connection's
+/// next answers are whole and in order.
+#[tokio::test]
+async fn large_answers_without_a_body_leave_the_connection_whole() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "static home")?;
+    site.file("servlets/big.wasm", large_answer(200))?;
+    site.file("servlets/none.wasm", large_answer(204))?;
+    site.file("servlets/same.wasm", large_answer(304))?;
+    let config = site.config("[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n")?;
+    let server = TestServer::start(config).await?;
+    let mut stream = TcpStream::connect(server.addr()).await?;
+    let mut all = Vec::new();
+    for line in [
+        "HEAD /big",
+        "GET /none",
+        "GET /same",
+        "GET /big",
+        "GET /index.html",
+    ] {
+        all.extend_from_slice(format!("{line} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes());
+    }
+    for round in 0..2 {
+        stream.write_all(&all).await?;
+        let mut buffered = Vec::new();
+        for status in ["200", "204", "304"] {
+            let head = read_head_only(&mut stream, &mut buffered).await?;
+            ensure!(
+                head.starts_with(&format!("http/1.1 {status}")),
+                "{round}: {head}"
+            );
+        }
+        let r = read_response(&mut stream, &mut buffered).await?;
+        ensure!(
+            r.status == 200 && r.body == vec![0u8; 131_072],
+            "{round}: {}",
+            r.head
+        );
+        let r = read_response(&mut stream, &mut buffered).await?;
+        ensure!(r.body == b"static home", "{round}: {}", r.head);
+        ensure!(buffered.is_empty(), "{round}: bytes after the last answer");
+    }
+    Ok(())
+}

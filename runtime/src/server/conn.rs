@@ -18,7 +18,7 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
-use super::sendfile::Chunk;
+use super::sendfile::{Chunk, Handed};
 use super::stream::WatchedIo;
 use super::watchdog::{ConnState, Handling, Limits, Sending, Verdict, watch};
 use crate::app::{App, Exchange};
@@ -122,6 +122,7 @@ pub(crate) fn service(
         let handling = Handling::start(state.clone(), bodyless);
         async move {
             let http1 = req.version() < http::Version::HTTP_2;
+            let head = req.method() == http::Method::HEAD;
             if !http1 && header_list_size(&req) > app.server.max_header_bytes {
                 return Ok(headers_too_large(&app, peer, handling.into_sending()));
             }
@@ -131,7 +132,15 @@ pub(crate) fn service(
                     res.headers_mut()
                         .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 }
-                if handling.offer_file(res.body_mut()) {
+                // Only a body hyper will send: never for HEAD, 1xx, 204 or
+                // 304, whose bodies hyper drops (the stream would wait for
+                // bytes hyper never counts).
+                let status = res.status();
+                let bodyless = head
+                    || status.is_informational()
+                    || status == http::StatusCode::NO_CONTENT
+                    || status == http::StatusCode::NOT_MODIFIED;
+                if !bodyless && handling.offer_body(res.body_mut()) == Handed::File {
                     app.observe.sendfile_responses.add(1);
                 }
             }
@@ -142,7 +151,7 @@ pub(crate) fn service(
             let sending = handling.into_sending();
             Ok::<_, Infallible>(res.map(|body| SentBody {
                 inner: body,
-                _sending: sending,
+                sending: Some(sending),
                 // Finishing needs the app: the clone made for this request
                 // goes with the body.
                 exchange: exchange.map(|e| (e, app)),
@@ -161,7 +170,7 @@ fn headers_too_large(app: &App, peer: Peer, sending: Sending) -> hyper::Response
     refused(&app.observe, peer, http::Version::HTTP_2, 431);
     let mut res = hyper::Response::new(SentBody {
         inner: Body::empty(),
-        _sending: sending,
+        sending: Some(sending),
         exchange: None,
         bytes: 0,
         gate: None,
@@ -444,7 +453,8 @@ impl Drop for OpenConnection {
 /// bytes) then.
 pub(crate) struct SentBody {
     inner: Body,
-    _sending: Sending,
+    /// The response is in flight (for the watchdog) until this goes.
+    sending: Option<Sending>,
     exchange: Option<(Exchange, Arc<App>)>,
     bytes: u64,
     /// HTTP/2 file bodies: the place this one waits for before it is read.
@@ -479,8 +489,40 @@ impl FileGate {
 
 impl Drop for SentBody {
     fn drop(&mut self) {
+        let ending = Ending {
+            _sending: self.sending.take(),
+            exchange: self.exchange.take(),
+            bytes: self.bytes,
+            pacer: self.inner.pacer().cloned(),
+        };
+        // hyper is done with a body the connection sends itself once it
+        // has counted the last chunk, which the stream may still owe: the
+        // response stays in flight (send timeout, drain) and its log line
+        // waits until the stream is done.
+        if let Some(pacer) = &ending.pacer
+            && pacer.owed() > 0
+        {
+            pacer.clone().hold(Box::new(ending));
+        }
+    }
+}
+
+/// A response's end: no longer in flight, its exchange finished with the
+/// bytes the client was sent.
+struct Ending {
+    _sending: Option<Sending>,
+    exchange: Option<(Exchange, Arc<App>)>,
+    /// Bytes the body yielded.
+    bytes: u64,
+    /// A body sent by the connection: what it still owed is not sent.
+    pacer: Option<Arc<crate::body::Pacer>>,
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
         if let Some((exchange, app)) = self.exchange.take() {
-            exchange.finish(&app.observe, self.bytes);
+            let unsent = self.pacer.as_ref().map_or(0, |p| p.owed());
+            exchange.finish(&app.observe, self.bytes.saturating_sub(unsent));
         }
     }
 }

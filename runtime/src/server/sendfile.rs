@@ -29,6 +29,30 @@ use tokio::net::TcpStream;
 
 use crate::body::{Body, FileRange, Pacer};
 
+/// In-memory bodies from this size are written by the stream from where
+/// they are (the cache) instead of copied into hyper's buffer first; below
+/// it, one copy and one `write(2)` for head and body is cheaper.
+const LARGE_BODY: usize = 64 << 10;
+
+/// What [`Handoff::offer`] did with a response's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handed {
+    /// Left to hyper.
+    No,
+    /// A file, for `sendfile(2)`.
+    File,
+    /// Bytes in memory, written from where they are.
+    Memory,
+}
+
+/// What a [`Sender`] sends in place of the placeholders.
+#[derive(Debug)]
+enum Source {
+    File(FileRange),
+    /// The bytes, from the first not yet sent.
+    Memory(Bytes),
+}
+
 /// A stream `sendfile(2)` may write to.
 pub(crate) trait Target {
     /// Sends up to `count` bytes of `file` from `offset`; the number sent.
@@ -92,33 +116,40 @@ impl Handoff {
         self.enabled.store(true, Ordering::Relaxed);
     }
 
-    /// An HTTP/1 response about to be written: when its body is a file and
-    /// nothing else is waiting to be written, the stream sends the file
-    /// (true).
-    pub(crate) fn offer(&self, body: &mut Body) -> bool {
-        // No lock unless there is a file to hand over: a cached response
-        // pays two atomic loads and a match.
+    /// An HTTP/1 response about to be written: when its body is a file, or
+    /// at least [`LARGE_BODY`] bytes in memory, and nothing else is waiting
+    /// to be written, the stream sends it itself.
+    pub(crate) fn offer(&self, body: &mut Body) -> Handed {
+        // No lock unless there is a body to hand over: a small cached
+        // response pays two atomic loads and two matches.
         if !self.enabled.load(Ordering::Relaxed)
             || self.unflushed.load(Ordering::Relaxed)
-            || !body.is_unread_file()
+            || !(body.is_unread_file()
+                || http_body::Body::size_hint(body).lower() >= LARGE_BODY as u64)
         {
-            return false;
+            return Handed::No;
         }
         let Ok(mut slot) = self.slot.lock() else {
-            return false;
+            return Handed::No;
         };
         let pacer = std::sync::Arc::new(Pacer::default());
-        let Some(range) = body.take_file(pacer.clone()) else {
-            return false;
+        let (source, left, handed) = if let Some(range) = body.take_file(pacer.clone()) {
+            let len = range.len;
+            (Source::File(range), len, Handed::File)
+        } else if let Some(bytes) = body.take_large_bytes(LARGE_BODY, &pacer) {
+            let len = bytes.len() as u64;
+            (Source::Memory(bytes), len, Handed::Memory)
+        } else {
+            return Handed::No;
         };
         *slot = Some(Box::new(Sender {
-            left: range.len,
-            range,
+            source,
+            left,
             pacer,
             head: Head::Reading(0),
         }));
         self.offered.store(true, Ordering::Relaxed);
-        true
+        handed
     }
 
     /// Whether a file waits for the next response's head.
@@ -157,7 +188,7 @@ enum Head {
 /// place of the placeholders.
 #[derive(Debug)]
 pub(crate) struct Sender {
-    range: FileRange,
+    source: Source,
     /// File bytes not yet sent.
     left: u64,
     /// How many the body has yielded (hyper counted) beyond those sent.
@@ -204,9 +235,9 @@ impl Sender {
 
     /// Sends the file bytes hyper has counted and the stream has not sent:
     /// ready once none are owed (or the head is not out yet).
-    pub(crate) fn poll_owed<S: Target>(
+    pub(crate) fn poll_owed<S: AsyncWrite + Target + Unpin>(
         &mut self,
-        stream: &S,
+        stream: &mut S,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
         if !matches!(self.head, Head::Done) {
@@ -218,18 +249,38 @@ impl Sender {
                 return Poll::Ready(Ok(()));
             }
             let count = usize::try_from(owed).unwrap_or(usize::MAX);
-            let file = &self.range.file;
-            let n = ready!(stream.poll_sendfile(cx, file, self.range.offset, count))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "file shrank while it was being sent",
-                )));
-            }
-            self.range.offset += n as u64;
+            let n = match &mut self.source {
+                Source::File(range) => {
+                    let n = ready!(stream.poll_sendfile(cx, &range.file, range.offset, count))?;
+                    if n == 0 {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "file shrank while it was being sent",
+                        )));
+                    }
+                    range.offset += n as u64;
+                    n
+                }
+                Source::Memory(bytes) => {
+                    let part = &bytes[..count.min(bytes.len())];
+                    let n = ready!(std::pin::Pin::new(&mut *stream).poll_write(cx, part))?;
+                    if n == 0 {
+                        return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                    }
+                    bytes.advance(n);
+                    n
+                }
+            };
             self.left -= n as u64;
             self.pacer.sent(n as u64);
         }
+    }
+}
+
+impl Drop for Sender {
+    /// Done with the body's bytes, sent or not: the response ends now.
+    fn drop(&mut self) {
+        self.pacer.close();
     }
 }
 

@@ -97,6 +97,14 @@ impl<S> WatchedIo<S> {
     }
 }
 
+impl<S> Drop for WatchedIo<S> {
+    /// A body offered to a stream that never took it (the connection ended
+    /// first) is dropped with it: what its response held goes too.
+    fn drop(&mut self) {
+        drop(self.state.sendfile.take());
+    }
+}
+
 /// Whether bytes ending with `tail` end a head: a blank line, `\r\n\r\n`
 /// or, as hyper also accepts, bare `\n\n`.
 fn ends_head(tail: &[u8; 4]) -> bool {
@@ -174,7 +182,7 @@ impl<S: AsyncWrite + Target + Unpin> WatchedIo<S> {
             return Poll::Ready(Ok(()));
         };
         let before = sender.left();
-        let result = sender.poll_owed(&self.inner, cx);
+        let result = sender.poll_owed(&mut self.inner, cx);
         // Progress is activity, for `send_timeout`, even while pending.
         let sent = before - sender.left();
         self.state

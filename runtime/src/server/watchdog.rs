@@ -32,10 +32,12 @@ use crate::config::ServerConfig;
 
 /// What starts every HTTP/2 connection with prior knowledge.
 /// HTTP/2: files read at once for one connection's streams. Each holds a
-/// read chunk and up to a send buffer (about 200 KiB) while its client
+/// read chunk and up to a send buffer (about 250 KiB) while its client
 /// reads; a client that opens every stream and reads nothing held 160 MiB
-/// per connection. Further files wait, their heads already sent.
-pub(crate) const H2_FILES_AT_ONCE: usize = 8;
+/// per connection (now at most 4 MiB). Further files wait, their heads
+/// already sent, until one ends or is reset: a client that stops reading
+/// this many file streams, without resetting them, holds up its others.
+pub(crate) const H2_FILES_AT_ONCE: usize = 16;
 
 /// How long an HTTP/1 connection on plain TCP stays idle before it is
 /// parked. Short enough that idle connections hold no buffers; long enough
@@ -293,9 +295,9 @@ impl Handling {
         self.0.h2_files()
     }
 
-    /// Hands the response's file to the stream, to send with `sendfile(2)`
-    /// (see [`Handoff::offer`]).
-    pub(crate) fn offer_file(&self, body: &mut crate::body::Body) -> bool {
+    /// Hands the response's file, or large in-memory body, to the stream
+    /// to send itself (see [`Handoff::offer`]).
+    pub(crate) fn offer_body(&self, body: &mut crate::body::Body) -> super::sendfile::Handed {
         self.0.sendfile.offer(body)
     }
 
