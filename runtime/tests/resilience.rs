@@ -227,7 +227,7 @@ fn http2_streams_nobody_reads_hold_bounded_memory() {
     }
     std::thread::sleep(Duration::from_secs(3));
     let grown = rss_kib(child.id()).saturating_sub(before);
-    // The streams were answered: stream 1's HEADERS (END_HEADERS), 200.
+    // The streams were answered: a HEADERS frame saying 200.
     let mut seen = Vec::new();
     let mut buf = [0u8; 16384];
     sockets[0]
@@ -239,14 +239,23 @@ fn http2_streams_nobody_reads_hold_bounded_memory() {
             _ => break,
         }
     }
-    let answered = seen.windows(7).any(|w| w == [0x01, 0x04, 0, 0, 0, 1, 0x88]);
+    let mut answered = false;
+    let mut at = 0;
+    while let Some(frame) = seen.get(at..at + 9) {
+        let len = usize::from(frame[0]) << 16 | usize::from(frame[1]) << 8 | usize::from(frame[2]);
+        if frame[3] == 0x1 && seen.get(at + 9) == Some(&0x88) {
+            answered = true;
+            break;
+        }
+        at += 9 + len;
+    }
     drop(sockets);
     // The server is fine afterwards.
     assert!(get(&addr, "/").starts_with("HTTP/1.1 200"));
     let log = stop(child);
     assert!(
         answered,
-        "no answer on stream 1: {:?}",
+        "no stream answered: {:?}",
         &seen[..seen.len().min(64)]
     );
     assert!(
