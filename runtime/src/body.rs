@@ -74,10 +74,12 @@ impl Pacer {
     /// which may still be owed): at once when it is done already.
     pub(crate) fn hold(&self, what: Box<dyn std::any::Any + Send>) {
         use std::sync::atomic::Ordering::Acquire;
-        if self.closed.load(Acquire) {
+        // Checked under the lock `close` takes: a close between the check
+        // and the store would leave `what` held for good.
+        let Ok(mut held) = self.held.lock() else {
             return;
-        }
-        if let Ok(mut held) = self.held.lock() {
+        };
+        if !self.closed.load(Acquire) {
             *held = Some(what);
         }
     }
@@ -85,9 +87,11 @@ impl Pacer {
     /// The stream is done (everything sent, or it gave up): what was held
     /// goes now.
     pub(crate) fn close(&self) {
-        self.closed
-            .store(true, std::sync::atomic::Ordering::Release);
-        let held = self.held.lock().ok().and_then(|mut h| h.take());
+        let held = self.held.lock().ok().and_then(|mut h| {
+            self.closed
+                .store(true, std::sync::atomic::Ordering::Release);
+            h.take()
+        });
         drop(held);
     }
 

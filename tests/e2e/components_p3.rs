@@ -323,9 +323,10 @@ async fn p3_outbound_requests_follow_the_route_rules() -> Result<()> {
     Ok(())
 }
 
-/// With `reuse`, a p3 instance that kept its request, or whose tasks still
-/// ran once its answer was sent, is not reused: the next client never
-/// reads that request, and never waits behind (or pays for) that work.
+/// With `reuse`, a p3 instance that kept its request or its body stream,
+/// or whose tasks still ran once its answer was sent, is not reused: the
+/// next client never reads that request, and never waits behind (or pays
+/// for) that work. One that read its body whole is reused.
 #[tokio::test]
 async fn p3_instances_that_kept_a_request_or_left_work_running_are_not_reused() -> Result<()> {
     let (_site, server) =
@@ -344,6 +345,27 @@ async fn p3_instances_that_kept_a_request_or_left_work_running_are_not_reused() 
         .await?;
     assert_eq!(stash.text(), "stashed");
     assert_eq!(server.get("/p/peek").await?.text(), "nothing");
+    // The same for a body stream kept without its request.
+    let stash = server
+        .send(
+            Request::post(server.url("/p/stash-body"))
+                .body(Full::new(Bytes::from_static(b"alice-private-body")))?,
+        )
+        .await?;
+    assert_eq!(stash.text(), "stashed");
+    assert_eq!(server.get("/p/peek-body").await?.text(), "nothing");
+    // A body read whole leaves the instance reusable.
+    let before: u32 = server.get("/p/count").await?.text().parse()?;
+    let upload = server
+        .send(Request::post(server.url("/p/upload")).body(Full::new(Bytes::from_static(b"12345")))?)
+        .await?;
+    assert_eq!(upload.status, StatusCode::OK);
+    let after: u32 = server.get("/p/count").await?.text().parse()?;
+    assert_eq!(
+        after,
+        before + 1,
+        "an instance that read its body whole was not reused"
+    );
     // An answer whose task spins on after it: the client has it whole,
     // and the next request (one at a time here) is served at once, not
     // refused while that task runs out its timeout.

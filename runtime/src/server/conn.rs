@@ -122,7 +122,12 @@ pub(crate) fn service(
         let handling = Handling::start(state.clone(), bodyless);
         async move {
             let http1 = req.version() < http::Version::HTTP_2;
-            let head = req.method() == http::Method::HEAD;
+            // Answers hyper sends no body for, or that a `100 Continue` head
+            // may go out before (in hyper's buffer, unflushed, when the
+            // answer is offered): never handed to the stream.
+            let keep_with_hyper = req.method() == http::Method::HEAD
+                || req.method() == http::Method::CONNECT
+                || req.headers().contains_key(http::header::EXPECT);
             if !http1 && header_list_size(&req) > app.server.max_header_bytes {
                 return Ok(headers_too_large(&app, peer, handling.into_sending()));
             }
@@ -132,11 +137,11 @@ pub(crate) fn service(
                     res.headers_mut()
                         .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 }
-                // Only a body hyper will send: never for HEAD, 1xx, 204 or
-                // 304, whose bodies hyper drops (the stream would wait for
-                // bytes hyper never counts).
+                // Only a body hyper will send right after its head: never
+                // for 1xx, 204 or 304, whose bodies hyper drops (the stream
+                // would wait for bytes hyper never counts).
                 let status = res.status();
-                let bodyless = head
+                let bodyless = keep_with_hyper
                     || status.is_informational()
                     || status == http::StatusCode::NO_CONTENT
                     || status == http::StatusCode::NOT_MODIFIED;

@@ -6,9 +6,8 @@
 //! worth serving; larger ones keep only their headers and are streamed from
 //! disk. A cache hit is then a hash lookup and a clone of prebuilt parts.
 //!
-//! Over 400 lines on purpose: the cache's types and the one loader that
-//! builds them; the headers prebuilt at load and the reuse rules on reload
-//! belong together.
+//! One long file on purpose: the cache's types, the one loader that builds
+//! them, and the reuse rules on reload belong together.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -20,7 +19,7 @@ use http::header::{self, HeaderMap, HeaderValue};
 
 use super::compress::{self, Encoding};
 use super::headers::{
-    content_hash, content_type_for, disk_etag, http_date, quoted_etag, whole_seconds,
+    Fingerprint, content_hash, content_type_for, disk_etag, http_date, quoted_etag, whole_seconds,
 };
 use crate::config::{CacheConfig, SiteConfig};
 use crate::file_stamp::FileStamp;
@@ -87,24 +86,6 @@ pub struct CachedFile {
     pub modified: SystemTime,
     /// What the file and its siblings looked like when read.
     fingerprint: Fingerprint,
-}
-
-/// The stamps of a file and of its `.br` and `.gz` siblings: a reload
-/// reuses an entry whose fingerprint has not changed instead of reading and
-/// compressing the file again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Fingerprint([Option<FileStamp>; 3]);
-
-impl Fingerprint {
-    fn of(path: &Path, meta: &std::fs::Metadata) -> Fingerprint {
-        let sibling =
-            |suffix: &str| FileStamp::of(Path::new(&format!("{}.{suffix}", path.display())));
-        Fingerprint([
-            Some(FileStamp::from_meta(meta)),
-            sibling("br"),
-            sibling("gz"),
-        ])
-    }
 }
 
 /// A file streamed from disk.
@@ -427,7 +408,10 @@ impl Loader<'_> {
             // Precompressed siblings only: compressing a large file at
             // load would hold it whole in memory.
             let tag = format!("{:x}-{:x}", stamp.len, stamp.mtime_ns);
-            let [brotli, gzip] = self.variants(path, &tag, &content_type, &last_modified, None);
+            // Within what is left of the budget, as any file held in
+            // memory (this file may be streamed because it is used up).
+            let no = Compress::No { room: remaining };
+            let [brotli, gzip] = self.variants(path, &tag, &content_type, &last_modified, no);
             let vary = brotli.is_some() || gzip.is_some();
             let rep = self.representation(
                 &content_type,
@@ -451,7 +435,8 @@ impl Loader<'_> {
         let data = Bytes::from(std::fs::read(path)?);
         let hash = content_hash(&data);
         let tag = format!("{hash:016x}");
-        let [brotli, gzip] = self.variants(path, &tag, &content_type, &last_modified, Some(&data));
+        let from = Compress::From(&data);
+        let [brotli, gzip] = self.variants(path, &tag, &content_type, &last_modified, from);
         let vary = brotli.is_some() || gzip.is_some();
         let etag = quoted_etag(&tag);
         let identity = Variant {
@@ -479,28 +464,32 @@ impl Loader<'_> {
     }
 
     /// The compressed variants of the file at `path`, whose validator is
-    /// `tag`: its precompressed siblings, else (for a body `compress_from`
-    /// of a compressible type, when the site compresses) made now.
+    /// `tag`: its precompressed siblings, else (see [`Compress`]) made now.
     fn variants(
         &self,
         path: &Path,
         tag: &str,
         content_type: &HeaderValue,
         last_modified: &HeaderValue,
-        compress_from: Option<&[u8]>,
+        compress: Compress<'_>,
     ) -> [Option<Variant>; 2] {
         let ct = content_type.to_str().unwrap_or("");
-        let compress = self.site.cache.compress && compress::is_compressible(ct);
+        let compressible = self.site.cache.compress && compress::is_compressible(ct);
+        let mut room = match compress {
+            Compress::From(_) => u64::MAX,
+            Compress::No { room } => room,
+        };
         [Encoding::Brotli, Encoding::Gzip].map(|encoding| {
             let sibling = PathBuf::from(format!("{}.{}", path.display(), encoding.suffix()));
             // A sibling's tag names its own bytes too (a new `.gz`, a new tag).
-            let (own, body) = match (self.read_sibling(&sibling), compress_from) {
+            let (own, body) = match (self.read_sibling(&sibling, room), &compress) {
                 (Some(bytes), _) => (format!("-{:016x}", content_hash(&bytes)), bytes),
-                (None, Some(data)) if compress => {
+                (None, Compress::From(data)) if compressible => {
                     (String::new(), compress::compress(data, encoding)?)
                 }
                 (None, _) => return None,
             };
+            room = room.saturating_sub(body.len() as u64);
             let etag = quoted_etag(&format!("{tag}{own}-{}", encoding.suffix()));
             let len = body.len() as u64;
             let rep =
@@ -533,14 +522,14 @@ impl Loader<'_> {
     /// A precompressed sibling (`file.br`, `file.gz`), under the same rules
     /// as every other file: it must resolve inside the root (links out are
     /// ignored, with a warning), be a regular file, and fit the size limit.
-    fn read_sibling(&self, sibling: &Path) -> Option<Vec<u8>> {
+    fn read_sibling(&self, sibling: &Path, room: u64) -> Option<Vec<u8>> {
         let real = sibling.canonicalize().ok()?;
         if !real.starts_with(self.root) {
             tracing::warn!(site = %self.site.name, file = %sibling.display(), target = %real.display(), "precompressed sibling ignored: it points outside the site root");
             return None;
         }
         let meta = std::fs::metadata(&real).ok()?;
-        if !meta.is_file() || meta.len() > self.site.cache.max_file_size {
+        if !meta.is_file() || meta.len() > self.site.cache.max_file_size || meta.len() > room {
             return None;
         }
         std::fs::read(&real).ok()
@@ -587,4 +576,12 @@ fn count_variants(stats: &mut CacheStats, variants: [&Option<Variant>; 2]) {
         stats.cached_bytes += v.body.len() as u64;
         stats.compressed_variants += 1;
     }
+}
+
+/// Where a file's variants come from besides its siblings: its body in
+/// memory (compressible types, when the site compresses), or nowhere (a
+/// streamed file: siblings within `room` bytes of the budget only).
+enum Compress<'a> {
+    From(&'a [u8]),
+    No { room: u64 },
 }

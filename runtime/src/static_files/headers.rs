@@ -1,6 +1,6 @@
 //! The headers a cached file's answers are built from: its type, its
 //! validators (content hash, or size and time for a streamed file) and
-//! its dates.
+//! its dates; and the stamps that tell whether a file changed.
 
 use std::hash::{Hash, Hasher};
 use std::path::Path;
@@ -52,4 +52,22 @@ pub(crate) fn whole_seconds(t: SystemTime) -> SystemTime {
 pub(super) fn http_date(t: SystemTime) -> HeaderValue {
     HeaderValue::from_str(&httpdate::fmt_http_date(t))
         .unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"))
+}
+
+/// The stamps of a file and of its `.br` and `.gz` siblings: a reload
+/// reuses an entry whose fingerprint has not changed instead of reading and
+/// compressing the file again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Fingerprint(pub(super) [Option<FileStamp>; 3]);
+
+impl Fingerprint {
+    pub(super) fn of(path: &Path, meta: &std::fs::Metadata) -> Fingerprint {
+        let sibling =
+            |suffix: &str| FileStamp::of(Path::new(&format!("{}.{suffix}", path.display())));
+        Fingerprint([
+            Some(FileStamp::from_meta(meta)),
+            sibling("br"),
+            sibling("gz"),
+        ])
+    }
 }

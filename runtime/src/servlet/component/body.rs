@@ -27,7 +27,12 @@ use crate::request::BodyPolicy;
 /// What became of a request body, and how long the guest has waited for
 /// the client to send it.
 #[derive(Debug, Default)]
-pub(crate) struct BodyVerdict(AtomicU8, Waiting);
+pub(crate) struct BodyVerdict(AtomicU8, Waiting, Ended);
+
+/// Whether the request body has ended: read to its end, failed, or
+/// dropped. One that has not when the answer is out is held by the guest.
+#[derive(Debug, Default)]
+struct Ended(std::sync::atomic::AtomicBool);
 
 /// Time spent waiting for the client's bytes, on the coarse clock
 /// (`crate::clock`): the body's own rules (`body_timeout`,
@@ -85,6 +90,17 @@ impl BodyVerdict {
     pub(crate) fn too_slow(&self) -> bool {
         self.0.load(Ordering::Relaxed) == Self::TOO_SLOW
     }
+
+    /// Whether the body is still open: neither read to its end, nor
+    /// failed, nor dropped. Something of the guest's holds it (a stream
+    /// kept in a global, say), and could read it on a later request.
+    pub(crate) fn still_open(&self) -> bool {
+        !self.2.0.load(Ordering::Relaxed)
+    }
+
+    fn end(&self) {
+        self.2.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A request body read under a [`BodyPolicy`].
@@ -98,7 +114,13 @@ pub(crate) struct LimitedBody<B> {
 }
 
 impl<B> LimitedBody<B> {
-    pub(crate) fn new(inner: B, policy: BodyPolicy, verdict: Arc<BodyVerdict>) -> LimitedBody<B> {
+    pub(crate) fn new(inner: B, policy: BodyPolicy, verdict: Arc<BodyVerdict>) -> LimitedBody<B>
+    where
+        B: HttpBody,
+    {
+        if inner.is_end_stream() {
+            verdict.end();
+        }
         LimitedBody {
             inner,
             policy,
@@ -107,6 +129,12 @@ impl<B> LimitedBody<B> {
             timer: None,
             verdict,
         }
+    }
+}
+
+impl<B> Drop for LimitedBody<B> {
+    fn drop(&mut self) {
+        self.verdict.end();
     }
 }
 
@@ -145,9 +173,13 @@ where
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
+                this.verdict.end();
                 Poll::Ready(Some(Err(E::InternalError(Some(e.to_string())))))
             }
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(None) => {
+                this.verdict.end();
+                Poll::Ready(None)
+            }
             Poll::Pending => {
                 let deadline = this.policy.deadline(this.started, this.received);
                 let timer = this

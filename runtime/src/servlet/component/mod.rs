@@ -480,7 +480,10 @@ impl Guest for ComponentGuest {
             // response body's sender) is dropped or given back.
             let ok = result.is_ok();
             let _ = outcome_tx.send(result);
-            if ok && quiet && !left.request {
+            // A request body still open once the answer is out is held by
+            // the guest (a body stream kept in a global is not in the
+            // table): the instance goes, as for a kept request.
+            if ok && quiet && !left.request && !task_body.still_open() {
                 lease.finish();
             }
         });

@@ -92,7 +92,7 @@ pub(super) async fn run(
             Ok(res) => res,
             Err(code) => {
                 let _ = head.send(Err(guest_code(&code)));
-                return Ok(false);
+                return Ok(quiet(accessor).await);
             }
         };
         let res = accessor.with(|mut access| {
@@ -105,8 +105,7 @@ pub(super) async fn run(
         // The guest writes its body from here; the loop runs until the
         // body is sent or dropped, then while the guest's tasks end.
         let _ = sent.await;
-        let ended = std::future::poll_fn(|cx| accessor.poll_no_interesting_tasks(cx));
-        Ok(tokio::time::timeout(QUIET_GRACE, ended).await.is_ok())
+        Ok(quiet(accessor).await)
     });
     tokio::pin!(looping);
     // wasmtime may not poll the closure while a guest task runs (its
@@ -120,6 +119,12 @@ pub(super) async fn run(
             Err(_) => Ok(false),
         },
     }
+}
+
+/// Whether the guest's tasks end within [`QUIET_GRACE`].
+async fn quiet(accessor: &wasmtime::component::Accessor<ComponentHost>) -> bool {
+    let ended = std::future::poll_fn(|cx| accessor.poll_no_interesting_tasks(cx));
+    tokio::time::timeout(QUIET_GRACE, ended).await.is_ok()
 }
 
 /// What a p3 guest's own error code means for the client.

@@ -20,6 +20,8 @@
 //! | `/stash` | keeps its request (unread) in a global, then 200 `stashed` |
 //! | `/peek` | the kept request's `x-secret` header and body, or `nothing` |
 //! | `/bg-loop` | answers `done` whole, then spins in a task of its own |
+//! | `/stash-body` | keeps its request body's stream (unread) in a global, then 200 `stashed` |
+//! | `/peek-body` | what is left of the kept body stream, or `nothing` |
 //! | `/print` | writes a line to stdout, then 200 |
 
 use wasip3::http::types::{ErrorCode, Fields, Method, Request, Response, Scheme};
@@ -31,6 +33,9 @@ static mut COUNT: u32 = 0;
 thread_local! {
     /// A request `/stash` kept past its answer.
     static STASH: std::cell::RefCell<Option<Request>> = const { std::cell::RefCell::new(None) };
+    /// A request body stream `/stash-body` kept past its answer.
+    static STASHED_BODY: std::cell::RefCell<Option<wit_bindgen::StreamReader<u8>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 struct P3;
@@ -60,6 +65,19 @@ impl wasip3::exports::http::handler::Guest for P3 {
                     let body = read_all(kept).await.unwrap_or_default();
                     let text = format!("kept {secret} {}", String::from_utf8_lossy(&body));
                     respond(200, text.into_bytes())
+                }
+                None => respond(200, b"nothing".to_vec()),
+            },
+            "stash-body" => {
+                let (_result_tx, result_rx) = wit_future::new(|| Ok(()));
+                let (stream, _trailers) = Request::consume_body(request, result_rx);
+                STASHED_BODY.with(|s| *s.borrow_mut() = Some(stream));
+                respond(200, b"stashed".to_vec())
+            }
+            "peek-body" => match STASHED_BODY.with(|s| s.borrow_mut().take()) {
+                Some(mut stream) => {
+                    let (_, chunk) = stream.read(Vec::with_capacity(16 << 10)).await;
+                    respond(200, chunk)
                 }
                 None => respond(200, b"nothing".to_vec()),
             },
