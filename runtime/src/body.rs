@@ -223,9 +223,7 @@ impl Body {
             }
         }
     }
-}
 
-impl Body {
     /// Takes the bytes out of an in-memory body of at least `at_least`
     /// bytes, for a connection that writes them itself; the body then
     /// yields as many placeholder bytes, paced by `pacer`, as for a file.

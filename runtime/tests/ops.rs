@@ -345,17 +345,26 @@ fn the_access_log_writes_combined_lines_and_reopens_on_sigusr1() {
     stop(s.child);
 }
 
-#[test]
-fn request_heads_refused_before_the_app_are_logged_and_counted() {
-    let dir = with_servlets(
-        "[server]\nlisten = [\"127.0.0.1:0\"]\nmax_header_bytes = 131072\nheader_read_timeout = \"1s\"\n\
+/// Starts swan with `server` lines under `[server]`, an admin listener
+/// and a JSON access log in `logs/access.log`: the folder, the server, its
+/// public and admin addresses.
+fn serve_logging_json(server: &str) -> (tempfile::TempDir, support::Running, String, String) {
+    let dir = with_servlets(&format!(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n{server}\
          [admin]\nlisten = \"127.0.0.1:0\"\n\
          [log]\naccess = \"logs/access.log\"\nformat = \"json\"\n\
-         [[site]]\nname = \"main\"\nroot = \"www\"\n",
-    );
+         [[site]]\nname = \"main\"\nroot = \"www\"\n"
+    ));
     std::fs::create_dir(dir.path().join("logs")).expect("logs");
     let s = start(dir.path(), &[], true);
     let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
+    (dir, s, public, admin)
+}
+
+#[test]
+fn request_heads_refused_before_the_app_are_logged_and_counted() {
+    let (dir, s, public, admin) =
+        serve_logging_json("max_header_bytes = 131072\nheader_read_timeout = \"1s\"\n");
     let long_uri = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(70_000));
     // Past max_header_bytes before the request line ends: hyper's 431 goes
     // out as 414, and is logged and counted as what was sent.
@@ -419,15 +428,7 @@ fn request_heads_refused_before_the_app_are_logged_and_counted() {
 /// headers, so the limit here is small.
 #[test]
 fn http2_heads_past_the_limit_are_refused_logged_and_counted() {
-    let dir = with_servlets(
-        "[server]\nlisten = [\"127.0.0.1:0\"]\nmax_header_bytes = 16384\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\n\
-         [log]\naccess = \"logs/access.log\"\nformat = \"json\"\n\
-         [[site]]\nname = \"main\"\nroot = \"www\"\n",
-    );
-    std::fs::create_dir(dir.path().join("logs")).expect("logs");
-    let s = start(dir.path(), &[], true);
-    let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
+    let (dir, s, public, admin) = serve_logging_json("max_header_bytes = 16384\n");
     let url = format!("{public}/");
     // Under the limit with room for the pseudo-headers and curl's own
     // fields; just over it; well past it (the HTTP/2 layer's own check is

@@ -87,13 +87,13 @@ fn curl(dir: &Path, args: &[&str], url: &str) -> (String, u16, String) {
     (version, status, rest.to_owned())
 }
 
-/// A Rust client's view: the leaf certificate the server presented, the
-/// ALPN protocol, and the answer to GET `path` over it.
-async fn rust_client(
+/// A TLS connection to `addr` as `localhost`, trusting `cas`, offering
+/// `alpn` (nothing when empty).
+async fn connect(
     addr: &str,
     cas: &[&CertificateDer<'static>],
-    path: &str,
-) -> (CertificateDer<'static>, Vec<u8>, u16, String) {
+    alpn: &[&[u8]],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     for ca in cas {
         roots.add((*ca).clone()).expect("root");
@@ -105,13 +105,23 @@ async fn rust_client(
     .expect("versions")
     .with_root_certificates(roots)
     .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let tls = connector
+    connector
         .connect(ServerName::try_from("localhost").expect("name"), tcp)
         .await
-        .expect("handshake");
+        .expect("handshake")
+}
+
+/// A Rust client's view: the leaf certificate the server presented, the
+/// ALPN protocol, and the answer to GET `path` over it.
+async fn rust_client(
+    addr: &str,
+    cas: &[&CertificateDer<'static>],
+    path: &str,
+) -> (CertificateDer<'static>, Vec<u8>, u16, String) {
+    let tls = connect(addr, cas, &[b"h2", b"http/1.1"]).await;
     let (_, session) = tls.get_ref();
     let leaf = session.peer_certificates().expect("certificates")[0].clone();
     let alpn = session.alpn_protocol().unwrap_or_default().to_vec();
@@ -283,22 +293,7 @@ async fn raw_tls(
     split: usize,
 ) -> (Vec<u8>, Vec<u8>, bool) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone()).expect("root");
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let mut tls = connector
-        .connect(ServerName::try_from("localhost").expect("name"), tcp)
-        .await
-        .expect("handshake");
+    let mut tls = connect(addr, &[ca], alpn).await;
     let negotiated = tls.get_ref().1.alpn_protocol().unwrap_or_default().to_vec();
     let (first, rest) = request.split_at(split.min(request.len()));
     let mut reply = Vec::new();

@@ -526,13 +526,7 @@ async fn a_servlet_deployed_while_the_instance_slots_are_busy_goes_live_after() 
     site.file("servlets/g.wasm", faults()?)?;
     assert_eq!(busy.await??, StatusCode::OK);
     assert!(
-        eventually(WAIT, || async {
-            server
-                .get("/g/ok")
-                .await
-                .is_ok_and(|r| r.status == StatusCode::OK)
-        })
-        .await,
+        server.answers_ok_within("/g/ok", WAIT).await,
         "the servlet deployed while busy never went live"
     );
     Ok(())
@@ -601,13 +595,9 @@ async fn a_client_leaving_before_the_head_stops_the_guest() -> Result<()> {
             tokio::time::timeout(Duration::from_millis(200), client.request(request)).await;
         assert!(gave_up.is_err(), "the loop answered");
         assert!(
-            eventually(Duration::from_secs(3), || async {
-                server
-                    .get("/f/ok")
-                    .await
-                    .is_ok_and(|r| r.status == StatusCode::OK)
-            })
-            .await,
+            server
+                .answers_ok_within("/f/ok", Duration::from_secs(3))
+                .await,
             "the guest kept its place after its client left"
         );
     }

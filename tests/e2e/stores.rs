@@ -13,7 +13,7 @@ use http_body_util::Full;
 use swan::config::{StoreConfig, StoreKind, StoreLimits};
 use swan::store::{Store, StoreError};
 use swan_tests::redis::RedisServer;
-use swan_tests::{TestServer, TestSite, eventually};
+use swan_tests::{TestServer, TestSite};
 
 fn limits() -> StoreLimits {
     StoreLimits {
@@ -420,13 +420,9 @@ async fn redis_going_down_gives_503_and_coming_back_needs_no_restart() -> Result
     assert_eq!(server.get("/").await?.text(), "home");
     redis.restart()?;
     assert!(
-        eventually(Duration::from_secs(20), || async {
-            server
-                .get("/careless")
-                .await
-                .is_ok_and(|r| r.status == StatusCode::OK)
-        })
-        .await,
+        server
+            .answers_ok_within("/careless", Duration::from_secs(20))
+            .await,
         "calls did not work again after Redis came back"
     );
     Ok(())

@@ -172,6 +172,17 @@ impl TestServer {
             .await
     }
 
+    /// Whether GET `path` answers 200 within `limit` (asked again until
+    /// it does).
+    pub async fn answers_ok_within(&self, path: &str, limit: Duration) -> bool {
+        eventually(limit, || async {
+            self.get(path)
+                .await
+                .is_ok_and(|r| r.status == StatusCode::OK)
+        })
+        .await
+    }
+
     /// GET `path` with extra headers.
     pub async fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Result<Reply> {
         let mut req = Request::get(self.url(path));

@@ -140,12 +140,7 @@ impl OutboundRule {
                 "{s:?}: {host:?} is not a host name or IP address (letters, digits, `-` and `_` in dot-separated labels)"
             ));
         }
-        // An address is kept in its one canonical form, as a request's
-        // is compared: [0:0:0:0:0:0:0:1] and [::1] are one rule.
-        let host = match host.parse::<std::net::IpAddr>() {
-            Ok(ip) => ip.to_string(),
-            Err(_) => host,
-        };
+        let host = canonical_host(host);
         let (port, default_port) = match port {
             None => (None, true),
             Some("*") => (None, false),
@@ -182,5 +177,15 @@ impl OutboundRule {
             (None, false) => true,
         };
         scheme_ok && host_ok && port_ok
+    }
+}
+
+/// A host as rules and requests are compared: an address in its one
+/// canonical form (`0:0:0:0:0:0:0:1` and `::1` are one host), a name as
+/// it is.
+pub fn canonical_host(host: String) -> String {
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => host,
     }
 }

@@ -37,6 +37,15 @@ const MAX_CONCURRENT_STREAMS: u32 = 128;
 /// every stream and reads nothing hold about 160 MiB per connection.
 const H2_SEND_BUFFER: usize = 64 << 10;
 
+/// HTTP/2: files read at once for one connection's streams (see
+/// [`FileGate`]). Each holds a read chunk and up to [`H2_SEND_BUFFER`]
+/// while its client reads; a client that opened every stream and read
+/// nothing held 160 MiB per connection, about 6 MiB since (BENCHMARKS.md).
+/// Further files wait, their heads already sent, until one ends or is
+/// reset: a client that stops reading this many file streams, without
+/// resetting them, holds up its others.
+const H2_FILES_AT_ONCE: usize = 16;
+
 /// On shutdown, how long a connection stays open for one more request
 /// before it is closed. Closing an idle keep-alive connection races with a
 /// client that is sending on it (the request is lost in flight); answering
@@ -122,12 +131,9 @@ pub(crate) fn service(
         let handling = Handling::start(state.clone(), bodyless);
         async move {
             let http1 = req.version() < http::Version::HTTP_2;
-            // Answers hyper sends no body for, or that a `100 Continue` head
-            // may go out before (in hyper's buffer, unflushed, when the
-            // answer is offered): never handed to the stream.
-            let keep_with_hyper = req.method() == http::Method::HEAD
-                || req.method() == http::Method::CONNECT
-                || req.headers().contains_key(http::header::EXPECT);
+            // Answers hyper sends no body for: never handed to the stream.
+            let keep_with_hyper =
+                req.method() == http::Method::HEAD || req.method() == http::Method::CONNECT;
             if !http1 && header_list_size(&req) > app.server.max_header_bytes {
                 return Ok(headers_too_large(&app, peer, handling.into_sending()));
             }
@@ -150,19 +156,14 @@ pub(crate) fn service(
                 }
             }
             let gate = (!http1 && res.body().is_unread_file())
-                .then(|| Box::new(FileGate::new(handling.h2_files())));
+                .then(|| Box::new(FileGate::new(handling.h2_files(H2_FILES_AT_ONCE))));
             // The exchange lasts until the body is sent, not until the
             // handler returns: a slow download is in flight, not idle.
             let sending = handling.into_sending();
-            Ok::<_, Infallible>(res.map(|body| SentBody {
-                inner: body,
-                sending: Some(sending),
-                // Finishing needs the app: the clone made for this request
-                // goes with the body.
-                exchange: exchange.map(|e| (e, app)),
-                bytes: 0,
-                gate,
-            }))
+            // Finishing needs the app: the clone made for this request goes
+            // with the body.
+            let exchange = exchange.map(|e| (e, app));
+            Ok::<_, Infallible>(res.map(|body| SentBody::new(body, sending, exchange, gate)))
         }
     })
 }
@@ -173,13 +174,7 @@ pub(crate) fn service(
 /// logged nor counted.
 fn headers_too_large(app: &App, peer: Peer, sending: Sending) -> hyper::Response<SentBody> {
     refused(&app.observe, peer, http::Version::HTTP_2, 431);
-    let mut res = hyper::Response::new(SentBody {
-        inner: Body::empty(),
-        sending: Some(sending),
-        exchange: None,
-        bytes: 0,
-        gate: None,
-    });
+    let mut res = hyper::Response::new(SentBody::new(Body::empty(), sending, None, None));
     *res.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
     res
 }
@@ -464,6 +459,23 @@ pub(crate) struct SentBody {
     bytes: u64,
     /// HTTP/2 file bodies: the place this one waits for before it is read.
     gate: Option<Box<FileGate>>,
+}
+
+impl SentBody {
+    fn new(
+        inner: Body,
+        sending: Sending,
+        exchange: Option<(Exchange, Arc<App>)>,
+        gate: Option<Box<FileGate>>,
+    ) -> SentBody {
+        SentBody {
+            inner,
+            sending: Some(sending),
+            exchange,
+            bytes: 0,
+            gate,
+        }
+    }
 }
 
 /// An HTTP/2 file body's place among the files its connection reads at

@@ -14,7 +14,8 @@
 //! sent (`body::Pacer`).
 //!
 //! The stream can tell where the head ends only if hyper had nothing else
-//! left to write when the response was offered: a response offered while
+//! left to write when the response was offered (but a `100 Continue` head,
+//! which it lets through ahead of the response's own): a response offered while
 //! an earlier one is still being written (pipelining) is read from the
 //! file as usual.
 
@@ -146,7 +147,7 @@ impl Handoff {
             source,
             left,
             pacer,
-            head: Head::Reading(0),
+            head: Head::Start,
         }));
         self.offered.store(true, Ordering::Relaxed);
         handed
@@ -177,10 +178,21 @@ impl Handoff {
 /// `\r\n\r\n`, which ends a response head.
 const HEAD_END: &[u8; 4] = b"\r\n\r\n";
 
+/// How an interim (1xx) head starts: hyper may write a `100 Continue`
+/// ahead of the response's own head.
+const INTERIM: &[u8] = b"HTTP/1.1 1";
+
 #[derive(Debug)]
 enum Head {
-    /// How many bytes of [`HEAD_END`] the bytes written so far end with.
-    Reading(usize),
+    /// Nothing of the next head written yet.
+    Start,
+    /// `matched`: how many bytes of [`HEAD_END`] the bytes written so far
+    /// end with; `interim`: the head is a 1xx one, which the response's
+    /// own head follows.
+    Reading {
+        matched: usize,
+        interim: bool,
+    },
     Done,
 }
 
@@ -218,18 +230,25 @@ impl Sender {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.head {
-            Head::Reading(matched) => {
-                let (upto, _) = scan(matched, data);
-                let n = ready!(std::pin::Pin::new(stream).poll_write(cx, &data[..upto]))?;
-                self.head = match scan(matched, &data[..n]) {
-                    (_, 4) => Head::Done,
-                    (_, m) => Head::Reading(m),
-                };
-                Poll::Ready(Ok(n))
-            }
             Head::Done => Poll::Ready(Err(io::Error::other(
                 "bytes written before a file's body ended",
             ))),
+            Head::Start | Head::Reading { .. } => {
+                let (matched, interim) = match self.head {
+                    Head::Reading { matched, interim } => (matched, interim),
+                    // A head's first write holds its whole status line
+                    // (hyper writes its buffer from the start).
+                    _ => (0, data.starts_with(INTERIM)),
+                };
+                let (upto, _) = scan(matched, data);
+                let n = ready!(std::pin::Pin::new(stream).poll_write(cx, &data[..upto]))?;
+                self.head = match scan(matched, &data[..n]) {
+                    (_, 4) if interim => Head::Start,
+                    (_, 4) => Head::Done,
+                    (_, matched) => Head::Reading { matched, interim },
+                };
+                Poll::Ready(Ok(n))
+            }
         }
     }
 

@@ -184,9 +184,9 @@ impl<S: AsyncWrite + Target + Unpin> WatchedIo<S> {
         let before = sender.left();
         let result = sender.poll_owed(&mut self.inner, cx);
         // Progress is activity, for `send_timeout`, even while pending.
-        let sent = before - sender.left();
-        self.state
-            .touch_write(&Poll::Ready(Ok(usize::try_from(sent).unwrap_or(1))));
+        if sender.left() < before {
+            self.state.wrote();
+        }
         if sender.done() || matches!(result, Poll::Ready(Err(_))) {
             self.sender = None;
         }

@@ -30,15 +30,6 @@ use super::sendfile::Handoff;
 use crate::clock;
 use crate::config::ServerConfig;
 
-/// What starts every HTTP/2 connection with prior knowledge.
-/// HTTP/2: files read at once for one connection's streams. Each holds a
-/// read chunk and up to a send buffer (about 250 KiB) while its client
-/// reads; a client that opens every stream and reads nothing held 160 MiB
-/// per connection (now at most 4 MiB). Further files wait, their heads
-/// already sent, until one ends or is reset: a client that stops reading
-/// this many file streams, without resetting them, holds up its others.
-pub(crate) const H2_FILES_AT_ONCE: usize = 16;
-
 /// How long an HTTP/1 connection on plain TCP stays idle before it is
 /// parked. Short enough that idle connections hold no buffers; long enough
 /// that a busy keep-alive connection never pays for a new hyper connection.
@@ -176,11 +167,11 @@ impl ConnState {
         }
     }
 
-    /// HTTP/2: what a stream's file body waits on before it is read (see
-    /// [`H2_FILES_AT_ONCE`]).
-    pub(crate) fn h2_files(&self) -> Arc<tokio::sync::Semaphore> {
+    /// HTTP/2: what a stream's file body waits on before it is read, one
+    /// of `places` for the connection (made on the first).
+    pub(crate) fn h2_files(&self, places: usize) -> Arc<tokio::sync::Semaphore> {
         self.h2_files
-            .get_or_init(|| Arc::new(tokio::sync::Semaphore::new(H2_FILES_AT_ONCE)))
+            .get_or_init(|| Arc::new(tokio::sync::Semaphore::new(places)))
             .clone()
     }
 
@@ -256,8 +247,13 @@ impl ConnState {
         if let Poll::Ready(Ok(n)) = result
             && *n > 0
         {
-            self.write_ms.store(clock::now_ms(), Ordering::Relaxed);
+            self.wrote();
         }
+    }
+
+    /// Stamps write progress.
+    pub(super) fn wrote(&self) {
+        self.write_ms.store(clock::now_ms(), Ordering::Relaxed);
     }
 
     /// Stamps a read; true when it starts a new HTTP/1 head.
@@ -290,9 +286,10 @@ impl Handling {
         self.0.draining.load(Ordering::Relaxed)
     }
 
-    /// HTTP/2: what the response's file waits on before it is read.
-    pub(crate) fn h2_files(&self) -> Arc<tokio::sync::Semaphore> {
-        self.0.h2_files()
+    /// HTTP/2: what the response's file waits on before it is read (see
+    /// [`ConnState::h2_files`]).
+    pub(crate) fn h2_files(&self, places: usize) -> Arc<tokio::sync::Semaphore> {
+        self.0.h2_files(places)
     }
 
     /// Hands the response's file, or large in-memory body, to the stream

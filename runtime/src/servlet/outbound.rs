@@ -30,7 +30,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
-use crate::config::{OutboundRule, ServletLimits};
+use crate::config::{OutboundRule, ServletLimits, canonical_host};
 
 /// What one servlet may reach, and how.
 #[derive(Debug)]
@@ -77,11 +77,7 @@ impl Outbound {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_ascii_lowercase();
-        // Addresses compared in canonical form, like the rules'.
-        let host = match host.parse::<IpAddr>() {
-            Ok(ip) => ip.to_string(),
-            Err(_) => host,
-        };
+        let host = canonical_host(host);
         let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
         let scheme = if tls { "https" } else { "http" };
         let rule = self

@@ -19,7 +19,8 @@ use http::header::{self, HeaderMap, HeaderValue};
 
 use super::compress::{self, Encoding};
 use super::headers::{
-    Fingerprint, content_hash, content_type_for, disk_etag, http_date, quoted_etag, whole_seconds,
+    Fingerprint, content_hash, content_type_for, disk_etag, disk_tag, http_date, quoted_etag,
+    whole_seconds,
 };
 use crate::config::{CacheConfig, SiteConfig};
 use crate::file_stamp::FileStamp;
@@ -407,7 +408,7 @@ impl Loader<'_> {
             let stamp = FileStamp::from_meta(meta);
             // Precompressed siblings only: compressing a large file at
             // load would hold it whole in memory.
-            let tag = format!("{:x}-{:x}", stamp.len, stamp.mtime_ns);
+            let tag = disk_tag(stamp);
             // Within what is left of the budget, as any file held in
             // memory (this file may be streamed because it is used up).
             let no = Compress::No { room: remaining };

@@ -13,7 +13,12 @@ use crate::file_stamp::FileStamp;
 /// The validator of a file streamed from disk: size and modification time
 /// (its content is not read at load).
 pub(super) fn disk_etag(stamp: FileStamp) -> HeaderValue {
-    quoted_etag(&format!("{:x}-{:x}", stamp.len, stamp.mtime_ns))
+    quoted_etag(&disk_tag(stamp))
+}
+
+/// [`disk_etag`] unquoted: what a streamed file's variants' tags start with.
+pub(super) fn disk_tag(stamp: FileStamp) -> String {
+    format!("{:x}-{:x}", stamp.len, stamp.mtime_ns)
 }
 
 /// Content-Type from the extension, with a charset for text.

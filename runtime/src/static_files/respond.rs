@@ -87,16 +87,17 @@ fn from_memory<B>(
             }
         }
     }
+    Ok(whole(variant, head))
+}
+
+/// A 200 with `variant`, held in memory (no body for HEAD).
+fn whole(variant: &Variant, head: bool) -> Response<Body> {
     let body = if head {
         Body::empty()
     } else {
         Body::full(variant.body.clone())
     };
-    Ok(with_headers(
-        StatusCode::OK,
-        variant.rep.headers.clone(),
-        body,
-    ))
+    with_headers(StatusCode::OK, variant.rep.headers.clone(), body)
 }
 
 async fn from_disk<B>(
@@ -133,16 +134,7 @@ async fn from_disk<B>(
         if let Some(res) = not_modified(&variant.rep, file.modified, headers)? {
             return Ok(res);
         }
-        let body = if head {
-            Body::empty()
-        } else {
-            Body::full(variant.body.clone())
-        };
-        return Ok(with_headers(
-            StatusCode::OK,
-            variant.rep.headers.clone(),
-            body,
-        ));
+        return Ok(whole(variant, head));
     }
     let (rep, modified) = match &fresh {
         Some((rep, modified)) => (rep, *modified),
@@ -208,6 +200,8 @@ fn chosen<'f>(
 /// without it, `If-Modified-Since` says the client's copy is current. A
 /// date that cannot be parsed, or one in the future, is ignored (§13.1.3,
 /// §13.1.4). A condition sent on several field lines is one list.
+/// `modified` has whole seconds, as Last-Modified does (the cache keeps it
+/// so).
 fn not_modified(
     rep: &Representation,
     modified: SystemTime,
@@ -219,11 +213,6 @@ fn not_modified(
             .and_then(|v: &HeaderValue| v.to_str().ok())
             .and_then(|s| httpdate::parse_http_date(s).ok())
     };
-    // Last-Modified has whole seconds; the file's time may have more.
-    // Only computed when a date is compared (a cache hit without one
-    // allocates nothing here).
-    let modified_s =
-        || httpdate::parse_http_date(&httpdate::fmt_http_date(modified)).unwrap_or(modified);
     if headers.contains_key(header::IF_MATCH) {
         let holds = headers.get_all(header::IF_MATCH).iter().any(|v| {
             v.as_bytes()
@@ -235,7 +224,7 @@ fn not_modified(
             return Err(RequestError::PreconditionFailed);
         }
     } else if let Some(since) = date(header::IF_UNMODIFIED_SINCE)
-        && modified_s() > since
+        && modified > since
     {
         return Err(RequestError::PreconditionFailed);
     }
@@ -245,7 +234,7 @@ fn not_modified(
             .iter()
             .any(|v| etag_list_matches_weak(v.as_bytes(), rep.etag.as_bytes()))
     } else if let Some(since) = date(header::IF_MODIFIED_SINCE) {
-        modified_s() <= since && since <= SystemTime::now()
+        modified <= since && since <= SystemTime::now()
     } else {
         false
     };
