@@ -466,6 +466,12 @@ fn error_response(e: RequestError, site: &Site, head: bool, id: RequestId) -> Re
     }
     let mut res = e.into_response();
     if head {
+        // A HEAD answer carries the length a GET would have had (RFC 9110
+        // §9.3.2), as the static files' heads do.
+        if let Some(len) = http_body::Body::size_hint(res.body()).exact() {
+            res.headers_mut()
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        }
         *res.body_mut() = Body::empty();
     }
     res

@@ -44,14 +44,31 @@ pub(crate) async fn faults_answer_and_the_server_stays_up(
     Ok(())
 }
 
+/// What the servlet at `path` counted: traps, timeouts, and its recent
+/// errors.
+pub(crate) fn failures_at(server: &TestServer, path: &str) -> (u64, u64, Vec<String>) {
+    let sites = server.app().sites.load();
+    let servlet = sites
+        .iter()
+        .next()
+        .and_then(|s| s.servlets.servlet_at(path));
+    servlet.map_or((0, 0, Vec::new()), |s| {
+        let recent = s.stats().recent_errors().into_iter().map(|e| e.what);
+        let stats = s.stats();
+        (stats.traps.get(), stats.timeouts.get(), recent.collect())
+    })
+}
+
 /// `{prefix}/stream-then-trap?n=64` aborts its response: over HTTP/1.1 the
 /// connection closes without the terminating chunk; over h2 the stream is
-/// reset, so the client sees an error, not a short 200.
+/// reset, so the client sees an error, not a short 200. Each abort counts
+/// as the servlet's trap (`swan_servlet_traps_total`), as a 500 would.
 pub(crate) async fn failing_mid_stream_aborts_the_response(
     server: &TestServer,
     prefix: &str,
 ) -> Result<()> {
     let path = format!("{prefix}/stream-then-trap?n=64");
+    let (traps_before, _, _) = failures_at(server, &path);
     let mut stream = TcpStream::connect(server.addr()).await?;
     stream
         .write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
@@ -81,6 +98,13 @@ pub(crate) async fn failing_mid_stream_aborts_the_response(
         "h2 body ended cleanly"
     );
     assert_eq!(server.get(&format!("{prefix}/ok")).await?.text(), "ok");
+    let (traps, _, recent) = failures_at(server, &path);
+    assert_eq!(traps, traps_before + 2, "{recent:?}");
+    let last = recent.last().map_or("", String::as_str);
+    assert!(
+        last.starts_with("failed mid-stream: trap") && !last.contains('\n'),
+        "{recent:?}"
+    );
     Ok(())
 }
 

@@ -551,8 +551,10 @@ async fn cpu_spent_in_many_small_writes_counts_against_the_timeout() -> Result<(
 }
 
 /// `path` (a guest that streams for 8 s under `timeout = 500ms`) starts a
-/// 200 and is aborted well before its end; the server goes on.
+/// 200 and is aborted well before its end, counted as the servlet's
+/// timeout; the server goes on.
 async fn stopped_near_its_timeout(server: &TestServer, path: &str) -> Result<()> {
+    let (_, timeouts_before, _) = component_checks::failures_at(server, path);
     let (text, took) = raw_get(server, path).await?;
     assert!(
         text.starts_with("HTTP/1.1 200"),
@@ -562,6 +564,8 @@ async fn stopped_near_its_timeout(server: &TestServer, path: &str) -> Result<()>
     assert!(!text.ends_with("0\r\n\r\n"), "ran to its end");
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert_eq!(server.get("/f/ok").await?.text(), "ok");
+    let (_, timeouts, recent) = component_checks::failures_at(server, path);
+    assert_eq!(timeouts, timeouts_before + 1, "{recent:?}");
     Ok(())
 }
 

@@ -192,6 +192,19 @@ async fn unsatisfiable_ranges_give_416_and_odd_ones_the_full_body() -> Result<()
         let r = server.get_with("/plain.txt", &[("range", &range)]).await?;
         assert_eq!(r.status, StatusCode::RANGE_NOT_SATISFIABLE, "{range}");
         assert_eq!(r.header("content-range"), format!("bytes */{len}"));
+        assert_eq!(r.header("content-length"), r.body.len().to_string());
+        // HEAD gets the same head, with the length a GET's page has.
+        let head = || {
+            Request::head(server.url("/plain.txt"))
+                .header("range", &range)
+                .body(Full::new(Bytes::new()))
+        };
+        for h in [server.send(head()?).await?, server.send_h2(head()?).await?] {
+            assert_eq!(h.status, StatusCode::RANGE_NOT_SATISFIABLE, "HEAD {range}");
+            assert_eq!(h.header("content-range"), format!("bytes */{len}"));
+            assert_eq!(h.header("content-length"), r.body.len().to_string());
+            assert!(h.body.is_empty(), "HEAD {range}");
+        }
     }
     // Multiple ranges, other units and malformed specs: the whole body.
     for range in ["bytes=0-1,4-5", "items=0-1", "bytes=5-2", "bytes=x-y"] {

@@ -383,14 +383,14 @@ impl Collector for Snapshot {
         family(
             &mut e,
             "servlet_traps",
-            "Requests that trapped or broke the ABI (500)",
+            "Requests that trapped or broke the ABI (500, or a component body aborted mid-stream)",
             MetricType::Counter,
             &traps,
         )?;
         family(
             &mut e,
             "servlet_timeouts",
-            "Requests past their timeout (504)",
+            "Requests past their timeout (504, or a component body aborted mid-stream)",
             MetricType::Counter,
             &timeouts,
         )?;

@@ -41,6 +41,8 @@ pub(crate) trait Lent<I>: Send + 'static {
     fn instance(&mut self) -> Option<&mut I>;
     /// The request is over and went well: the instance may serve again.
     fn finish(self);
+    /// The servlet's counters, for a failure seen after `handle` returned.
+    fn stats(&self) -> std::sync::Arc<super::stats::ServletStats>;
 }
 
 /// Why an instance could not be made.

@@ -244,6 +244,10 @@ impl<G: Guest> Lent<G::Instance> for Lease<G> {
         self.pooled.as_mut().map(|p| &mut p.instance)
     }
 
+    fn stats(&self) -> Arc<ServletStats> {
+        self.pool.stats.clone()
+    }
+
     /// The request succeeded: the instance goes back to the ready queue if
     /// it may serve another request.
     fn finish(mut self) {

@@ -29,9 +29,10 @@ pub struct RecentError {
 pub struct ServletStats {
     /// Instances made (ahead of requests and on demand).
     pub instantiated: Counter,
-    /// Requests that trapped or broke the ABI (500).
+    /// Requests that trapped or broke the ABI (500, or an aborted body
+    /// once a component's head is out).
     pub traps: Counter,
-    /// Requests past their `timeout` (504).
+    /// Requests past their `timeout` (504, or an aborted body).
     pub timeouts: Counter,
     /// Requests that found no free instance in time (503).
     pub busy: Counter,
@@ -51,6 +52,24 @@ impl ServletStats {
             RequestError::ServletBusy => self.busy.add(1),
             _ => {}
         }
+        self.remember(request_id, e.to_string());
+    }
+
+    /// Counts a request whose guest failed after its response head went
+    /// out (the client saw an abort, not an error status): as a timeout
+    /// when it ran past its deadline, else as a trap.
+    pub(crate) fn failed_mid_stream(&self, why: &str, timed_out: bool, request_id: &str) {
+        if timed_out {
+            self.timeouts.add(1);
+        } else {
+            self.traps.add(1);
+        }
+        // The first line: a trap's wasm backtrace stays in the log.
+        let why = why.lines().next().unwrap_or_default();
+        self.remember(request_id, format!("failed mid-stream: {why}"));
+    }
+
+    fn remember(&self, request_id: impl std::fmt::Display, what: String) {
         if let Ok(mut recent) = self.recent.lock() {
             if recent.len() == RECENT_ERRORS {
                 recent.pop_front();
@@ -58,7 +77,7 @@ impl ServletStats {
             recent.push_back(RecentError {
                 at: SystemTime::now(),
                 request_id: request_id.to_string(),
-                what: e.to_string(),
+                what,
             });
         }
     }

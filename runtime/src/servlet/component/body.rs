@@ -23,6 +23,7 @@ use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
 use crate::clock;
 use crate::request::BodyPolicy;
+use crate::servlet::stats::ServletStats;
 
 /// What became of a request body, and how long the guest has waited for
 /// the client to send it.
@@ -220,18 +221,30 @@ pub(super) type Head = Result<
 /// How the guest's request ended, sent before its store is dropped.
 pub(crate) type Outcome = Result<(), String>;
 
+/// How a component's response body ends, and who hears of it.
+pub(crate) struct Ends {
+    /// How the guest's request ended.
+    pub outcome: oneshot::Receiver<Outcome>,
+    /// The task running the guest: stopped when the client goes away
+    /// before the body's end.
+    pub task: tokio::task::AbortHandle,
+    /// Dropped with the body: a p3 guest's event loop runs until then.
+    pub sent: Option<oneshot::Sender<()>>,
+    /// Where a failure after the head is counted, and the request's id.
+    pub tally: (Arc<ServletStats>, String),
+}
+
 /// A component's response body.
 pub(crate) struct GuestBody {
     inner: HyperOutgoingBody,
     outcome: oneshot::Receiver<Outcome>,
-    /// The task running the guest: stopped when the client goes away
-    /// before the body's end.
     task: tokio::task::AbortHandle,
     /// Whether the body reached its end cleanly: the task then finishes
     /// on its own (and can give its instance back for reuse).
     ended: bool,
-    /// Dropped with the body: a p3 guest's event loop runs until then.
     _sent: Option<oneshot::Sender<()>>,
+    /// Taken when the body fails: counted once.
+    tally: Option<(Arc<ServletStats>, String)>,
     /// Bytes the body may still carry (`max_response_bytes`, when set).
     room: Option<u64>,
     /// Bytes the guest's own `Content-Length` still allows: hyper would
@@ -242,21 +255,30 @@ pub(crate) struct GuestBody {
 impl GuestBody {
     pub(crate) fn new(
         inner: HyperOutgoingBody,
-        outcome: oneshot::Receiver<Outcome>,
-        task: tokio::task::AbortHandle,
-        sent: Option<oneshot::Sender<()>>,
+        ends: Ends,
         limit: Option<u64>,
         declared: Option<u64>,
     ) -> GuestBody {
         GuestBody {
             inner,
-            outcome,
-            task,
+            outcome: ends.outcome,
+            task: ends.task,
             ended: false,
-            _sent: sent,
+            _sent: ends.sent,
+            tally: Some(ends.tally),
             room: limit,
             declared,
         }
+    }
+
+    /// The body fails because the guest did: the client sees an abort,
+    /// and the servlet's counters see a trap or a timeout.
+    fn fail(&mut self, why: String) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        if let Some((stats, id)) = self.tally.take() {
+            let timed_out = why.contains("deadline");
+            stats.failed_mid_stream(&why, timed_out, &id);
+        }
+        Poll::Ready(Some(Err(io::Error::other(why))))
     }
 }
 
@@ -293,13 +315,11 @@ impl HttpBody for GuestBody {
                 };
                 if let Some(what) = past {
                     this.task.abort();
-                    return Poll::Ready(Some(Err(io::Error::other(format!(
-                        "the response body grew past {what}"
-                    )))));
+                    return this.fail(format!("the response body grew past {what}"));
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Some(Err(e)) => Poll::Ready(Some(Err(io::Error::other(e.to_string())))),
+            Some(Err(e)) => this.fail(e.to_string()),
             // The body can end early only because the store was dropped,
             // and the task sends its outcome before dropping it: an end
             // with a failed (or vanished) outcome is an abort.
@@ -308,10 +328,8 @@ impl HttpBody for GuestBody {
                     this.ended = true;
                     Poll::Ready(None)
                 }
-                Ok(Err(e)) => Poll::Ready(Some(Err(io::Error::other(e)))),
-                Err(TryRecvError::Closed) => {
-                    Poll::Ready(Some(Err(io::Error::other("the guest task ended"))))
-                }
+                Ok(Err(e)) => this.fail(e),
+                Err(TryRecvError::Closed) => this.fail("the guest task ended".to_owned()),
             },
         }
     }

@@ -326,6 +326,7 @@ impl Guest for ComponentGuest {
         ctx: &CallContext<'_>,
     ) -> Result<Response<Body>, RequestError> {
         let id = ctx.id.to_string();
+        let stats = lease.stats();
         let Some(instance) = lease.instance() else {
             return Err(RequestError::ServletFault);
         };
@@ -539,9 +540,13 @@ impl Guest for ComponentGuest {
                     Err(_) => outcome_rx,
                 };
                 running.0 = None;
-                let res = res.map(|b| {
-                    Body::stream(GuestBody::new(b, outcome_rx, abort, sent, limit, declared))
-                });
+                let ends = body::Ends {
+                    outcome: outcome_rx,
+                    task: abort,
+                    sent,
+                    tally: (stats, id),
+                };
+                let res = res.map(|b| Body::stream(GuestBody::new(b, ends, limit, declared)));
                 Ok(res)
             }
             Ok(Err(code)) => {
