@@ -355,7 +355,8 @@ fn tls_connector() -> tokio_rustls::TlsConnector {
 
 /// Whether an address is reachable on the public internet: not loopback,
 /// private, link-local (cloud metadata lives there), shared, reserved,
-/// documentation or multicast, in either family.
+/// documentation or multicast, in either family, nor a tunnel or
+/// translation prefix that carries an IPv4 address (6to4, Teredo, NAT64).
 pub(crate) fn is_global(ip: IpAddr) -> bool {
     fn v4(ip: Ipv4Addr) -> bool {
         let o = ip.octets();
@@ -386,6 +387,7 @@ pub(crate) fn is_global(ip: IpAddr) -> bool {
                 || (s[0] & 0xffc0) == 0xfec0
                 || (s[0] == 0x64 && s[1] == 0xff9b)
                 || s[0] == 0x2002
+                || (s[0] == 0x2001 && s[1] == 0)
                 || (s[0] == 0x2001 && s[1] == 0x0db8))
         }
     }
@@ -413,6 +415,7 @@ mod tests {
             "::ffff:10.0.0.1",
             "64:ff9b::a00:1",
             "2002:a00:1::",
+            "2001:0:4136:e378:8000:63bf:f5ff:fffe",
             "224.0.0.1",
         ] {
             let ip: IpAddr = private.parse().expect(private);
