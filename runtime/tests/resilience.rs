@@ -265,3 +265,106 @@ fn http2_streams_nobody_reads_hold_bounded_memory() {
         "512 unread streams grew the server by {grown} KiB\n{log}"
     );
 }
+
+/// `/logs`: 1,000 `log` calls of 1 KiB each in one request, then "ok".
+const LOG_FLOOD: &str = r#"(module
+  (import "swan" "log" (func $log (param i32 i32 i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "ok")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (local $i i32)
+    (memory.fill (i32.const 1024) (i32.const 120) (i32.const 1024))
+    (loop $l
+      (call $log (i32.const 2) (i32.const 1024) (i32.const 1024))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (i32.const 1000))))
+    (drop (call $write (i32.const 0) (i32.const 2)))
+    i32.const 0))"#;
+
+/// `/headers`: 300 response headers of 60,000 bytes each (18 MB the host
+/// would copy), then "ok".
+const HEADER_FLOOD: &str = r#"(module
+  (import "swan" "response_header" (func $header (param i32 i32 i32 i32) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (data (i32.const 0) "x-big")
+  (data (i32.const 16) "ok")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (local $i i32)
+    (memory.fill (i32.const 1024) (i32.const 97) (i32.const 60000))
+    (loop $l
+      (drop (call $header (i32.const 0) (i32.const 5) (i32.const 1024) (i32.const 60000)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (i32.const 300))))
+    (drop (call $write (i32.const 16) (i32.const 2)))
+    i32.const 0))"#;
+
+/// What a native servlet makes the host hold or write is bounded: its
+/// response headers (64 KiB, then the request fails with a 500) and its
+/// `log` calls (64 KiB a request, then dropped with one warning), as its
+/// stdout and stderr are.
+#[test]
+fn a_native_guest_flooding_headers_or_the_log_is_bounded() {
+    let dir = site();
+    let servlets = dir.path().join("servlets");
+    std::fs::create_dir(&servlets).expect("servlets");
+    for (name, text) in [("logs", LOG_FLOOD), ("headers", HEADER_FLOOD)] {
+        let wasm = wat::parse_str(text).expect("wat");
+        std::fs::write(servlets.join(format!("{name}.wasm")), wasm).expect("servlet");
+    }
+    // The log goes to a file: a pipe nobody reads until the end would
+    // hold the server up.
+    let log_path = dir.path().join("swan.log");
+    let log_file = std::fs::File::create(&log_path).expect("log file");
+    let mut child = support::swan()
+        .current_dir(dir.path())
+        .arg("serve")
+        .args(support::SITE_ARGS)
+        .stdout(std::process::Stdio::piped())
+        .stderr(log_file)
+        .spawn()
+        .expect("spawn");
+    let mut banner = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut banner,
+    )
+    .expect("banner");
+    let addr = banner
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .map(|a| a.trim_end_matches('/').to_owned())
+        .expect("address");
+    let before = std::fs::metadata(&log_path).map_or(0, |m| m.len());
+    for _ in 0..3 {
+        let reply = get(&addr, "/logs");
+        assert_eq!(support::status_of(&reply), 200, "{reply}");
+    }
+    let headers = get(&addr, "/headers");
+    assert_eq!(
+        support::status_of(&headers),
+        500,
+        "{}",
+        &headers[..headers.len().min(300)]
+    );
+    assert!(headers.len() < 4096, "{} bytes", headers.len());
+    assert!(get(&addr, "/").ends_with("cli hello"));
+    support::term(&child);
+    let _ = exit_code(&mut child, Duration::from_secs(10));
+    let log = std::fs::read_to_string(&log_path).expect("log");
+    let grown = log.len() as u64 - before;
+    // Three requests, each 64 KiB of lines and their prefixes at most;
+    // 3 MB without the cap.
+    assert!(grown < 400 << 10, "the log grew by {grown} bytes");
+    assert_eq!(
+        log.matches("log calls past the per-request cap were dropped")
+            .count(),
+        3
+    );
+    assert!(
+        log.contains("response headers larger than 65536 bytes"),
+        "{}",
+        &log[log.len().saturating_sub(2000)..]
+    );
+}

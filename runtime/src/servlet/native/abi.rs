@@ -12,6 +12,7 @@ use wasmtime::{Caller, Linker};
 
 use super::host::Host;
 use super::memory::{AbiFault, copy_out, memory, read_bytes};
+use crate::servlet::output::OUTPUT_CAPTURE_BYTES;
 
 /// The ABI version this host implements.
 pub const ABI_VERSION: i32 = 1;
@@ -47,6 +48,9 @@ const ABSENT: i32 = -1;
 const INVALID: i32 = -1;
 /// Return value: the header may not be set by a servlet.
 const FORBIDDEN: i32 = -2;
+/// The most a response's headers may weigh (names, values and 32 bytes a
+/// field, as HTTP/2 counts them), as for a component's header set.
+const HEADER_SET_LIMIT: usize = 64 << 10;
 
 /// Adds the `swan` module to a linker.
 pub(crate) fn add_to_linker(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
@@ -180,7 +184,15 @@ fn response_header(
     if forbidden(&name) {
         return Ok(FORBIDDEN);
     }
-    host.response.headers.append(name, value);
+    // Bounded as a component's header set is: the host copies what the
+    // guest sets, outside its `max_memory`.
+    let weight = name.as_str().len() + value.len() + 32;
+    let limit = HEADER_SET_LIMIT;
+    let response = &mut host.response;
+    if response.header_bytes + weight > limit || response.headers.try_append(name, value).is_err() {
+        return Err(AbiFault::HeadersTooLarge { limit }.into());
+    }
+    response.header_bytes += weight;
     Ok(0)
 }
 
@@ -199,7 +211,14 @@ fn response_write(mut caller: Caller<'_, Host>, ptr: i32, len: i32) -> wasmtime:
 fn log(mut caller: Caller<'_, Host>, level: i32, ptr: i32, len: i32) -> wasmtime::Result<()> {
     let memory = memory(&mut caller)?;
     let (mem, host) = memory.data_and_store_mut(&mut caller);
-    let text = String::from_utf8_lossy(read_bytes(mem, ptr, len)?);
+    let bytes = read_bytes(mem, ptr, len)?;
+    // Capped per request like the guest's stdout and stderr.
+    if host.logged + bytes.len() > OUTPUT_CAPTURE_BYTES {
+        host.log_dropped += bytes.len();
+        return Ok(());
+    }
+    host.logged += bytes.len();
+    let text = String::from_utf8_lossy(bytes);
     let (servlet, id) = (&host.info.name, &host.request.request_id);
     match level {
         0 => tracing::error!(%servlet, request_id = %id, "{text}"),

@@ -44,6 +44,8 @@ pub(crate) struct RequestData {
 pub(crate) struct ResponseData {
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
+    /// What the headers weigh, counted as HTTP/2 counts a header list.
+    pub(crate) header_bytes: usize,
     pub(crate) body: BytesMut,
 }
 
@@ -52,6 +54,7 @@ impl Default for ResponseData {
         ResponseData {
             status: StatusCode::OK,
             headers: HeaderMap::new(),
+            header_bytes: 0,
             body: BytesMut::new(),
         }
     }
@@ -77,6 +80,10 @@ pub(crate) struct Host {
     pub(crate) deadline: Deadline,
     stdout: GuestOutput,
     stderr: GuestOutput,
+    /// Bytes the guest logged in this request (`log`), and those dropped
+    /// past [`OUTPUT_CAPTURE_BYTES`](crate::servlet::output::OUTPUT_CAPTURE_BYTES).
+    pub(crate) logged: usize,
+    pub(crate) log_dropped: usize,
     /// This instance's place in the process-wide instance budget.
     _ticket: InstanceTicket,
 }
@@ -115,6 +122,8 @@ impl Host {
             deadline: Deadline::default(),
             stdout,
             stderr,
+            logged: 0,
+            log_dropped: 0,
             _ticket: ticket,
         }
     }
@@ -125,5 +134,10 @@ impl Host {
         let (name, id) = (&self.info.name, &self.request.request_id);
         self.stdout.log(name, id, "stdout");
         self.stderr.log(name, id, "stderr");
+        self.logged = 0;
+        let dropped = std::mem::take(&mut self.log_dropped);
+        if dropped > 0 {
+            tracing::warn!(servlet = %name, request_id = %id, dropped, "log calls past the per-request cap were dropped");
+        }
     }
 }

@@ -29,6 +29,12 @@ pub(crate) enum AbiFault {
         /// The limit.
         limit: u64,
     },
+    /// The response's headers grew past what a response may carry.
+    #[error("response headers larger than {limit} bytes (names, values and 32 bytes per field)")]
+    HeadersTooLarge {
+        /// The limit.
+        limit: usize,
+    },
 }
 
 /// The guest range `ptr..ptr+len`, checked against `mem_len`.
