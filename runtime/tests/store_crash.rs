@@ -142,3 +142,117 @@ fn acknowledged_writes_survive_sigkill() {
         &missing[..missing.len().min(5)]
     );
 }
+
+/// `GET /big?KEY` sets KEY in `default` to 64 KiB (zeros) and answers
+/// "stored", "unavailable" (the store said so) or "failed".
+const BIG: &str = r#"(module
+  (import "swan" "request_get" (func $get (param i32 i32 i32) (result i32)))
+  (import "swan" "kv_open" (func $open (param i32 i32) (result i32)))
+  (import "swan" "kv_set" (func $set (param i32 i32 i32 i32 i32 i64) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (data (i32.const 0) "default")
+  (data (i32.const 16) "stored")
+  (data (i32.const 32) "unavailable")
+  (data (i32.const 48) "failed")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (local $n i32) (local $r i32)
+    (local.set $n (call $get (i32.const 2) (i32.const 256) (i32.const 128)))
+    (local.set $r (call $set (call $open (i32.const 0) (i32.const 7))
+      (i32.const 256) (local.get $n) (i32.const 65536) (i32.const 65536) (i64.const 0)))
+    (if (i32.eqz (local.get $r)) (then (drop (call $write (i32.const 16) (i32.const 6))) (return (i32.const 0))))
+    (if (i32.eq (local.get $r) (i32.const -3)) (then (drop (call $write (i32.const 32) (i32.const 11))) (return (i32.const 0))))
+    (drop (call $write (i32.const 48) (i32.const 6)))
+    i32.const 0))"#;
+
+/// A disk that fails under the embedded store (here: the file may not
+/// grow, `RLIMIT_FSIZE`, as a full disk refuses it) fails the writes it
+/// hits as "unavailable", and `/readyz` says so; once the disk takes
+/// writes again the store works again without a restart, with every write
+/// acknowledged before still there. A store file removed while open
+/// refuses writes the same way (they would be lost).
+#[test]
+fn a_failing_disk_makes_the_store_unavailable_until_it_works_again() {
+    let dir = site();
+    let servlets = dir.path().join("servlets");
+    std::fs::create_dir(&servlets).expect("servlets");
+    std::fs::write(servlets.join("big.wasm"), wat::parse_str(BIG).expect("big")).expect("big");
+    std::fs::write(servlets.join("has.wasm"), wat::parse_str(HAS).expect("has")).expect("has");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[admin]\nlisten = \"127.0.0.1:0\"\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nstores = [\"default\"]\n",
+    )
+    .expect("config");
+    // SIGXFSZ ignored (inherited through exec), so a write past the limit
+    // fails with EFBIG instead of ending the process.
+    let mut program = Command::new("sh");
+    program.args([
+        "-c",
+        "trap '' XFSZ; exec prlimit --fsize=4194304:unlimited -- \"$0\" \"$@\"",
+        env!("CARGO_BIN_EXE_swan"),
+    ]);
+    let s = support::start_program(program, dir.path(), &[], true);
+    let (addr, admin) = (&s.urls[0], s.admin.as_deref().expect("admin"));
+    let ready = || support::status_of(&get(admin, "/readyz"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ready() != 200 {
+        assert!(Instant::now() < deadline, "never ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Written until the file may not grow (at most 200 × 64 KiB).
+    let mut acked = Vec::new();
+    let mut refused = None;
+    for n in 0..200 {
+        match body(&get(addr, &format!("/big?k{n}"))) {
+            "stored" => acked.push(format!("k{n}")),
+            "unavailable" => {
+                refused = Some(n);
+                break;
+            }
+            other => panic!("write {n}: {other:?}"),
+        }
+    }
+    let refused = refused.expect("no write failed under a 4 MiB file size limit");
+    assert!(!acked.is_empty(), "the first write failed");
+    // Writes keep failing while the disk does, and the store is not ready
+    // (each failed write says so again).
+    let mut not_ready = 0;
+    for n in 0..10 {
+        assert_eq!(body(&get(addr, &format!("/big?again{n}"))), "unavailable");
+        let reply = get(admin, "/readyz");
+        if support::status_of(&reply) == 503 {
+            assert!(reply.contains("default"), "{reply}");
+            not_ready += 1;
+        }
+    }
+    assert!(not_ready > 0, "/readyz never failed while writes did");
+    // The disk takes writes again: so does the store, with no restart.
+    let raised = Command::new("prlimit")
+        .args(["--pid", &s.child.id().to_string(), "--fsize=unlimited"])
+        .status()
+        .expect("prlimit");
+    assert!(raised.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while body(&get(addr, &format!("/big?k{refused}"))) != "stored" {
+        if Instant::now() > deadline {
+            panic!("the store never worked again: {}", stop(s.child));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    acked.push(format!("k{refused}"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ready() != 200 {
+        assert!(Instant::now() < deadline, "/readyz never recovered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for key in &acked {
+        assert_eq!(body(&get(addr, &format!("/has?{key}"))), "yes", "{key}");
+    }
+    // The file removed while open: writes are refused, not lost.
+    std::fs::remove_file(dir.path().join("data/default.redb")).expect("remove");
+    assert_eq!(body(&get(addr, "/big?after-removal")), "unavailable");
+    let reply = get(admin, "/readyz");
+    assert_eq!(support::status_of(&reply), 503, "{reply}");
+    let log = stop(s.child);
+    assert!(log.contains("store failing"), "{log}");
+}

@@ -91,6 +91,39 @@ async fn conformance(store: Arc<Store>) -> Result<()> {
         Err(StoreError::NotANumber),
         "{kind}"
     );
+    // Numbers are read as Redis reads them, on both backends.
+    for odd in [
+        " 5",
+        "5 ",
+        "+5",
+        "05",
+        "-0",
+        "5\n",
+        "1e3",
+        "9223372036854775808",
+    ] {
+        store.set("odd", Bytes::from(odd), None).await?;
+        assert_eq!(
+            store.increment("odd", 1).await,
+            Err(StoreError::NotANumber),
+            "{kind} {odd:?}"
+        );
+    }
+    store
+        .set("min", Bytes::from("-9223372036854775808"), None)
+        .await?;
+    assert_eq!(store.increment("min", 1).await?, i64::MIN + 1, "{kind}");
+    // A time to live past a century is refused alike.
+    assert!(matches!(
+        store
+            .set(
+                "ttl",
+                Bytes::from("x"),
+                Some(Duration::from_millis(i64::MAX as u64))
+            )
+            .await,
+        Err(StoreError::Limit(_))
+    ));
     // Compare-and-swap.
     assert!(store.compare_and_swap("c", None, Bytes::from("v1")).await?);
     assert!(!store.compare_and_swap("c", None, Bytes::from("v2")).await?);
@@ -414,6 +447,7 @@ async fn redis_going_down_gives_503_and_coming_back_needs_no_restart() -> Result
     // swan answers 503 for it, not 500. Static files are unaffected.
     let r = server.get("/visits").await?;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.header("retry-after"), "1");
     let r = server.get("/careless").await?;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(r.header("retry-after"), "1");
@@ -425,6 +459,60 @@ async fn redis_going_down_gives_503_and_coming_back_needs_no_restart() -> Result
             .await,
         "calls did not work again after Redis came back"
     );
+    Ok(())
+}
+
+/// Redis refusing connections, or accepting them and never answering,
+/// from the start: every call fails as unavailable within the store's
+/// `timeout` (500 ms here), so 20 requests at once all get the servlet's
+/// 503 quickly. Before, they queued behind one connection attempt at a
+/// time and most got a 504 after the servlet's 5 s deadline.
+#[tokio::test]
+async fn a_redis_down_or_silent_from_the_start_fails_calls_fast() -> Result<()> {
+    // A port nobody listens on, and a listener that never answers.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let silent_addr = silent.local_addr()?;
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+            if held.len() > 200 {
+                break;
+            }
+        }
+    });
+    for addr in [closed, silent_addr] {
+        let (_site, server) = start(&format!(
+            "[[store]]\nname = \"default\"\nkind = \"redis\"\nurl = \"redis://{addr}\"\nconnections = 1\ntimeout = \"500ms\"\n"
+        ))
+        .await?;
+        let started = std::time::Instant::now();
+        let calls: Vec<_> = (0..20)
+            .map(|_| {
+                let url = server.url("/visits");
+                tokio::spawn(async move {
+                    let client = hyper_util::client::legacy::Client::builder(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .build_http::<Full<Bytes>>();
+                    let res = client
+                        .request(Request::get(url).body(Full::default())?)
+                        .await?;
+                    anyhow::Ok((res.status(), started.elapsed()))
+                })
+            })
+            .collect();
+        for call in calls {
+            let (status, took) = call.await??;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{addr}");
+            assert!(took < Duration::from_secs(3), "{addr}: {took:?}");
+        }
+        let r = server.get("/visits").await?;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.header("retry-after"), "1");
+    }
+    holder.abort();
     Ok(())
 }
 

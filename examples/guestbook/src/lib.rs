@@ -33,7 +33,9 @@ fn key(id: i64) -> String {
 fn guestbook(req: Request) -> Response {
     match run(&req) {
         Ok(res) => res,
-        Err(Error::Unavailable) => Response::text("the store is unavailable, try again").with_status(503),
+        Err(Error::Unavailable) => Response::text("the store is unavailable, try again")
+            .with_status(503)
+            .header("retry-after", "1"),
         Err(e) => Response::text(format!("store error: {e}")).with_status(500),
     }
 }

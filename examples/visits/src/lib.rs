@@ -10,7 +10,9 @@ fn visits(_req: Request) -> Response {
     match count {
         Ok(n) => Response::text(format!("{n}")),
         // Redis down: say so; swan would answer 503 for us if we failed.
-        Err(Error::Unavailable) => Response::text("the store is unavailable, try again").with_status(503),
+        Err(Error::Unavailable) => Response::text("the store is unavailable, try again")
+            .with_status(503)
+            .header("retry-after", "1"),
         Err(e) => Response::text(format!("store error: {e}")).with_status(500),
     }
 }

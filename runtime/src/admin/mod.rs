@@ -177,7 +177,7 @@ async fn readiness(app: &App) -> Result<(), String> {
         for store in loader.stores().iter() {
             match tokio::time::timeout(STORE_CHECK, store.ping()).await {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(format!("store {} unreachable: {e}", store.name())),
+                Ok(Err(e)) => return Err(format!("store {}: {e}", store.name())),
                 Err(_) => {
                     return Err(format!(
                         "store {} unreachable: no answer in 1 s",

@@ -175,7 +175,7 @@ impl Store {
             self.check_key(key)?;
             match &self.backend {
                 Backend::Embedded(b) => b.get(key),
-                Backend::Redis(b) => b.get(key).await,
+                Backend::Redis(b) => b.within(b.get(key)).await,
             }
         }
         .await;
@@ -192,9 +192,12 @@ impl Store {
         let result = async {
             self.check_key(key)?;
             self.check_value(&value)?;
+            if ttl.is_some_and(|t| t > MAX_TTL) {
+                return Err(StoreError::Limit("time to live past a century"));
+            }
             match &self.backend {
                 Backend::Embedded(b) => b.set(key, value, ttl).await,
-                Backend::Redis(b) => b.set(key, value, ttl).await,
+                Backend::Redis(b) => b.within(b.set(key, value, ttl)).await,
             }
         }
         .await;
@@ -207,7 +210,7 @@ impl Store {
             self.check_key(key)?;
             match &self.backend {
                 Backend::Embedded(b) => b.delete(key).await,
-                Backend::Redis(b) => b.delete(key).await,
+                Backend::Redis(b) => b.within(b.delete(key)).await,
             }
         }
         .await;
@@ -232,7 +235,7 @@ impl Store {
             let limit = limit.clamp(1, self.limits.max_list_keys);
             match &self.backend {
                 Backend::Embedded(b) => b.list(prefix, cursor, limit),
-                Backend::Redis(b) => b.list(prefix, cursor, limit).await,
+                Backend::Redis(b) => b.within(b.list(prefix, cursor, limit)).await,
             }
         }
         .await;
@@ -246,7 +249,7 @@ impl Store {
             self.check_key(key)?;
             match &self.backend {
                 Backend::Embedded(b) => b.increment(key, delta).await,
-                Backend::Redis(b) => b.increment(key, delta).await,
+                Backend::Redis(b) => b.within(b.increment(key, delta)).await,
             }
         }
         .await;
@@ -266,18 +269,19 @@ impl Store {
             self.check_value(&new)?;
             match &self.backend {
                 Backend::Embedded(b) => b.compare_and_swap(key, expected, new).await,
-                Backend::Redis(b) => b.compare_and_swap(key, expected, new).await,
+                Backend::Redis(b) => b.within(b.compare_and_swap(key, expected, new)).await,
             }
         }
         .await;
         self.tally(result)
     }
 
-    /// Whether the backend answers (a Redis PING; always for embedded).
+    /// Whether the backend works: a Redis PING; for embedded, its file is
+    /// where it was opened and its disk has not failed since.
     pub async fn ping(&self) -> Result<(), StoreError> {
         match &self.backend {
-            Backend::Embedded(_) => Ok(()),
-            Backend::Redis(b) => b.ping().await,
+            Backend::Embedded(b) => b.health(),
+            Backend::Redis(b) => b.within(b.ping()).await,
         }
     }
 }
@@ -398,13 +402,66 @@ impl StoreAccess {
     }
 }
 
-/// A store value as a whole number (decimal text, like Redis's INCR).
+/// A store value as a whole number, read as Redis's INCR reads one, so a
+/// servlet sees the same on either backend: decimal digits with an
+/// optional `-`, no sign `+`, no spaces, no leading zeros (`0` itself
+/// aside, so no `-0`), within i64.
 pub(crate) fn parse_number(value: Option<&[u8]>) -> Result<i64, StoreError> {
-    match value {
-        None => Ok(0),
-        Some(bytes) => std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|s| s.trim().parse::<i64>().ok())
-            .ok_or(StoreError::NotANumber),
+    let Some(bytes) = value else {
+        return Ok(0);
+    };
+    let digits = bytes.strip_prefix(b"-").unwrap_or(bytes);
+    let canonical = match digits {
+        [b'0'] => digits.len() == bytes.len(),
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    std::str::from_utf8(bytes)
+        .ok()
+        .filter(|_| canonical)
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or(StoreError::NotANumber)
+}
+
+/// The longest time to live a value may be given: a century (Redis
+/// refuses expiry times past its clock's range; both backends refuse the
+/// same).
+pub const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+#[cfg(test)]
+mod tests {
+    use super::parse_number;
+
+    #[test]
+    fn numbers_are_read_as_redis_reads_them() {
+        for (text, n) in [
+            ("0", 0),
+            ("7", 7),
+            ("-7", -7),
+            ("9223372036854775807", i64::MAX),
+            ("-9223372036854775808", i64::MIN),
+        ] {
+            assert_eq!(parse_number(Some(text.as_bytes())), Ok(n), "{text}");
+        }
+        for text in [
+            "",
+            "-",
+            "-0",
+            "+5",
+            " 5",
+            "5 ",
+            "5\n",
+            "05",
+            "00",
+            "-05",
+            "1e3",
+            "0x10",
+            "1.0",
+            "9223372036854775808",
+            "\u{0665}",
+        ] {
+            assert!(parse_number(Some(text.as_bytes())).is_err(), "{text:?}");
+        }
+        assert_eq!(parse_number(None), Ok(0));
     }
 }

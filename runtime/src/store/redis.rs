@@ -2,10 +2,19 @@
 //! `ConnectionManager`, which reconnects by itself. The manager is made on
 //! first use (so swan starts while Redis is down) and runs on a thread of
 //! its own, away from the request workers. Calls made while Redis cannot
-//! be reached fail quickly with [`StoreError::Unavailable`].
+//! be reached fail quickly with [`StoreError::Unavailable`]:
+//! - a whole call (connecting included) takes at most the store's
+//!   `timeout`;
+//! - one request at a time tries to connect a connection; the others wait
+//!   for its outcome (within `timeout`) instead of trying in turn, and a
+//!   failed attempt is not tried again for [`RETRY_CONNECT`];
+//! - calls on one key always take the same connection, so Redis applies
+//!   them in the order they were made: a write that timed out (and may
+//!   still be applied) can never land after a later write to its key.
 
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
@@ -27,11 +36,26 @@ redis.call('SET', KEYS[1], ARGV[3])
 return 1
 "#;
 
+/// How long a failed attempt to connect answers for the next ones: calls
+/// in that time fail at once.
+const RETRY_CONNECT: Duration = Duration::from_secs(1);
+
 /// One connection to Redis, made on first use.
 #[derive(Default)]
 struct Connection {
     manager: ArcSwapOption<ConnectionManager>,
     connecting: tokio::sync::Mutex<()>,
+    /// When the last attempt to connect failed, and why.
+    failed: Mutex<Option<(Instant, String)>>,
+}
+
+impl Connection {
+    /// Why the last attempt failed, if it did within [`RETRY_CONNECT`].
+    fn recently_failed(&self) -> Option<StoreError> {
+        let failed = self.failed.lock().ok()?;
+        let (at, why) = failed.as_ref()?;
+        (at.elapsed() < RETRY_CONNECT).then(|| StoreError::Unavailable(why.clone()))
+    }
 }
 
 pub(super) struct RedisStore {
@@ -97,17 +121,64 @@ impl RedisStore {
         })
     }
 
-    /// A connection, made now if none was made yet.
-    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
-        let turn = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let slot = &self.managers[turn % self.managers.len()];
+    /// Runs one call within the store's `timeout`, connecting included.
+    pub(super) async fn within<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(format!(
+                    "no answer within {} ms",
+                    self.timeout.as_millis()
+                )))
+            })
+    }
+
+    /// The connection for calls on `key` (always the same one), or the
+    /// next in turn; made now if none was made yet.
+    async fn connection(&self, key: Option<&str>) -> Result<ConnectionManager, StoreError> {
+        let slot = &self.managers[self.slot_for(key)];
         if let Some(m) = slot.manager.load_full() {
             return Ok((*m).clone());
         }
+        if let Some(e) = slot.recently_failed() {
+            return Err(e);
+        }
+        // Callers wait for the one connecting (bounded by `within`), then
+        // share its outcome.
         let _one_at_a_time = slot.connecting.lock().await;
         if let Some(m) = slot.manager.load_full() {
             return Ok((*m).clone());
         }
+        if let Some(e) = slot.recently_failed() {
+            return Err(e);
+        }
+        let made = self.connect().await;
+        match &made {
+            Ok(m) => slot.manager.store(Some(std::sync::Arc::new(m.clone()))),
+            Err(e) => {
+                if let Ok(mut failed) = slot.failed.lock() {
+                    *failed = Some((Instant::now(), e.to_string()));
+                }
+            }
+        }
+        made
+    }
+
+    /// Which connection calls on `key` take: always the same for a key;
+    /// in turn for calls on none.
+    fn slot_for(&self, key: Option<&str>) -> usize {
+        let turn = match key {
+            Some(key) => BuildHasherDefault::<DefaultHasher>::default().hash_one(key) as usize,
+            None => self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        };
+        turn % self.managers.len()
+    }
+
+    /// One attempt to connect, on the Redis thread, within `timeout`.
+    async fn connect(&self) -> Result<ConnectionManager, StoreError> {
         let runtime =
             redis_runtime().ok_or_else(|| StoreError::Other("no Redis thread".to_owned()))?;
         let client = self.client.clone();
@@ -116,13 +187,21 @@ impl RedisStore {
             .set_response_timeout(Some(self.timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
-        let made = runtime
-            .spawn(async move { ConnectionManager::new_with_config(client, config).await })
-            .await
-            .map_err(|e| StoreError::Other(e.to_string()))?
-            .map_err(classify)?;
-        slot.manager.store(Some(std::sync::Arc::new(made.clone())));
-        Ok(made)
+        let task =
+            runtime.spawn(async move { ConnectionManager::new_with_config(client, config).await });
+        let abort = task.abort_handle();
+        match tokio::time::timeout(self.timeout, task).await {
+            Ok(joined) => joined
+                .map_err(|e| StoreError::Other(e.to_string()))?
+                .map_err(classify),
+            Err(_) => {
+                abort.abort();
+                Err(StoreError::Unavailable(format!(
+                    "could not connect within {} ms",
+                    self.timeout.as_millis()
+                )))
+            }
+        }
     }
 
     fn key(&self, key: &str) -> String {
@@ -130,7 +209,7 @@ impl RedisStore {
     }
 
     pub(super) async fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
-        let mut con = self.connection().await?;
+        let mut con = self.connection(Some(key)).await?;
         let value: Option<Vec<u8>> = con.get(self.key(key)).await.map_err(classify)?;
         Ok(value.map(Bytes::from))
     }
@@ -141,7 +220,7 @@ impl RedisStore {
         value: Bytes,
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
-        let mut con = self.connection().await?;
+        let mut con = self.connection(Some(key)).await?;
         let mut cmd = redis::cmd("SET");
         cmd.arg(self.key(key)).arg(value.as_ref());
         if let Some(ttl) = ttl {
@@ -151,7 +230,7 @@ impl RedisStore {
     }
 
     pub(super) async fn delete(&self, key: &str) -> Result<bool, StoreError> {
-        let mut con = self.connection().await?;
+        let mut con = self.connection(Some(key)).await?;
         let n: u64 = con.del(self.key(key)).await.map_err(classify)?;
         Ok(n > 0)
     }
@@ -169,7 +248,7 @@ impl RedisStore {
         cursor: Option<u64>,
         limit: u64,
     ) -> Result<KeyPage, StoreError> {
-        let mut con = self.connection().await?;
+        let mut con = self.connection(None).await?;
         let limit = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
         let mut keys: Vec<String> = Vec::new();
         let mut scan = match ListCursor::decode(cursor) {
@@ -265,7 +344,7 @@ impl RedisStore {
     }
 
     pub(super) async fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
-        let mut con = self.connection().await?;
+        let mut con = self.connection(Some(key)).await?;
         con.incr(self.key(key), delta).await.map_err(classify)
     }
 
@@ -275,7 +354,7 @@ impl RedisStore {
         expected: Option<Bytes>,
         new: Bytes,
     ) -> Result<bool, StoreError> {
-        let mut con = self.connection().await?;
+        let mut con = self.connection(Some(key)).await?;
         let absent = if expected.is_none() { "1" } else { "0" };
         let swapped: i64 = self
             .cas
@@ -290,7 +369,7 @@ impl RedisStore {
     }
 
     pub(super) async fn ping(&self) -> Result<(), StoreError> {
-        let mut con = self.connection().await?;
+        let mut con = self.connection(None).await?;
         redis::cmd("PING")
             .query_async::<String>(&mut con)
             .await
@@ -353,7 +432,33 @@ fn escape_glob(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::ListCursor;
+    use super::{ListCursor, RedisStore};
+
+    /// Calls on one key take one connection, so Redis applies them in
+    /// order; keys spread over the connections.
+    #[test]
+    fn a_key_always_takes_the_same_connection() {
+        let store = RedisStore::new(
+            "redis://127.0.0.1:1",
+            "t",
+            4,
+            std::time::Duration::from_secs(1),
+        )
+        .expect("store");
+        let mut used = std::collections::HashSet::new();
+        for n in 0..64 {
+            let key = format!("key{n}");
+            let slot = store.slot_for(Some(&key));
+            for _ in 0..8 {
+                assert_eq!(store.slot_for(Some(&key)), slot, "{key}");
+            }
+            used.insert(slot);
+        }
+        assert_eq!(used.len(), 4);
+        let turns: std::collections::HashSet<usize> =
+            (0..4).map(|_| store.slot_for(None)).collect();
+        assert_eq!(turns.len(), 4);
+    }
 
     #[test]
     fn list_cursors_round_trip() {

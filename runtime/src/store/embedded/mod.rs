@@ -6,17 +6,28 @@
 //! to a writer thread that applies everything waiting in one transaction,
 //! so many concurrent writers share each fsync. Values carry their expiry;
 //! an index of expiries lets the writer drop expired keys in order.
+//!
+//! A disk that fails (full, an I/O error) fails the writes it hit as
+//! "unavailable" (nothing of a failed transaction is applied), makes the
+//! store not ready, and the writer closes and reopens the file until it
+//! works again: redb refuses every later transaction on a database that
+//! saw an I/O error. A file deleted while open fails writes the same way
+//! (they would go to a file nobody can open again) until it is back.
+
+mod file;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 use tokio::sync::oneshot;
 
 use super::{KeyPage, StoreError, parse_number};
+use file::{RETRY_OPEN, Shared, file_id, open_file, other};
 
 /// key → expiry (ms since the epoch, 0: none, 8 bytes big-endian) + value.
 const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
@@ -28,7 +39,7 @@ const MAX_BATCH: usize = 512;
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 pub(super) struct Embedded {
-    db: Arc<Database>,
+    shared: Arc<Shared>,
     cursors: std::sync::Mutex<Cursors>,
     /// `None` once dropping.
     writes: Option<mpsc::Sender<Write>>,
@@ -113,10 +124,6 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn other(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Other(e.to_string())
-}
-
 fn encode(expires: u64, value: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(8 + value.len());
     out.extend_from_slice(&expires.to_be_bytes());
@@ -136,21 +143,21 @@ impl Embedded {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| other(format!("{}: {e}", dir.display())))?;
         }
-        let db = Database::create(path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => {
-                StoreError::InUse(path.display().to_string())
-            }
-            e => other(format!("{}: {e}", path.display())),
-        })?;
-        let db = Arc::new(db);
+        let db = open_file(path)?.0;
+        let shared = Arc::new(Shared {
+            path: path.to_owned(),
+            db: ArcSwapOption::from_pointee(db),
+            file: Mutex::new(file_id(path)),
+            trouble: Mutex::new(None),
+        });
         let (writes, rx) = mpsc::channel();
-        let writer_db = db.clone();
+        let writer_shared = shared.clone();
         let writer = std::thread::Builder::new()
             .name("swan-store".to_owned())
-            .spawn(move || write_loop(&writer_db, &rx))
+            .spawn(move || write_loop(&writer_shared, &rx))
             .map_err(other)?;
         Ok(Embedded {
-            db,
+            shared,
             cursors: std::sync::Mutex::default(),
             writes: Some(writes),
             writer: Some(writer),
@@ -168,14 +175,24 @@ impl Embedded {
             .map_err(|_| other("the store's writer stopped"))?
     }
 
+    /// Whether the store works (its file is there, its disk did not fail).
+    pub(super) fn health(&self) -> Result<(), StoreError> {
+        self.shared.health()
+    }
+
     pub(super) fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
-        let txn = self.db.begin_read().map_err(other)?;
+        let shared = &self.shared;
+        let db = shared.for_read()?;
+        let Some(db) = db.as_ref() else {
+            return Err(shared.unavailable());
+        };
+        let txn = db.begin_read().map_err(|e| shared.failed(e))?;
         let table = match txn.open_table(KV) {
             Ok(t) => t,
             Err(TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(other(e)),
+            Err(e) => return Err(shared.failed(e)),
         };
-        let Some(stored) = table.get(key).map_err(other)? else {
+        let Some(stored) = table.get(key).map_err(|e| shared.failed(e))? else {
             return Ok(None);
         };
         Ok(decode(stored.value(), now_ms()).map(|(_, v)| Bytes::copy_from_slice(v)))
@@ -200,11 +217,16 @@ impl Embedded {
                     .ok_or_else(|| other("unknown or expired cursor: list again from the start"))?,
             ),
         };
-        let txn = self.db.begin_read().map_err(other)?;
+        let shared = &self.shared;
+        let db = shared.for_read()?;
+        let Some(db) = db.as_ref() else {
+            return Err(shared.unavailable());
+        };
+        let txn = db.begin_read().map_err(|e| shared.failed(e))?;
         let table = match txn.open_table(KV) {
             Ok(t) => t,
             Err(TableError::TableDoesNotExist(_)) => return Ok(KeyPage::default()),
-            Err(e) => return Err(other(e)),
+            Err(e) => return Err(shared.failed(e)),
         };
         let now = now_ms();
         let start = match after.as_deref() {
@@ -215,9 +237,9 @@ impl Embedded {
         let mut more = false;
         for entry in table
             .range::<&str>((start, Bound::Unbounded))
-            .map_err(other)?
+            .map_err(|e| shared.failed(e))?
         {
-            let (k, v) = entry.map_err(other)?;
+            let (k, v) = entry.map_err(|e| shared.failed(e))?;
             let key = k.value();
             if !key.starts_with(prefix) {
                 break;
@@ -305,9 +327,11 @@ impl Embedded {
 }
 
 /// The writer thread: everything waiting goes into one transaction.
-fn write_loop(db: &Database, rx: &mpsc::Receiver<Write>) {
+fn write_loop(shared: &Shared, rx: &mpsc::Receiver<Write>) {
     loop {
-        let first = match rx.recv_timeout(SWEEP_EVERY) {
+        let troubled = shared.trouble.lock().map(|t| t.is_some()).unwrap_or(true);
+        let wait = if troubled { RETRY_OPEN } else { SWEEP_EVERY };
+        let first = match rx.recv_timeout(wait) {
             Ok(w) => Some(w),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -319,7 +343,10 @@ fn write_loop(db: &Database, rx: &mpsc::Receiver<Write>) {
                 Err(_) => break,
             }
         }
-        let results = apply(db, &batch);
+        // A failed transaction applied nothing: its writes all fail.
+        let results = shared
+            .for_write()
+            .and_then(|db| apply(&db, &batch).map_err(|e| shared.failed(e)));
         match results {
             Ok(results) => {
                 for (w, r) in batch.into_iter().zip(results) {
@@ -327,7 +354,9 @@ fn write_loop(db: &Database, rx: &mpsc::Receiver<Write>) {
                 }
             }
             Err(e) => {
-                tracing::error!(error = %e, "store write failed");
+                if !batch.is_empty() {
+                    tracing::warn!(error = %e, writes = batch.len(), "store writes failed");
+                }
                 for w in batch {
                     let _ = w.reply.send(Err(e.clone()));
                 }
@@ -337,17 +366,18 @@ fn write_loop(db: &Database, rx: &mpsc::Receiver<Write>) {
 }
 
 /// Applies a batch (and the expiry sweep) in one committed transaction.
-fn apply(db: &Database, batch: &[Write]) -> Result<Vec<Result<Done, StoreError>>, StoreError> {
-    let txn = db.begin_write().map_err(other)?;
+/// The outer error is redb's (the transaction failed: nothing applied);
+/// the inner ones are each write's own (not a number).
+fn apply(db: &Database, batch: &[Write]) -> Result<Vec<Result<Done, StoreError>>, redb::Error> {
+    let txn = db.begin_write()?;
     let now = now_ms();
     let mut results = Vec::with_capacity(batch.len());
     {
-        let mut kv = txn.open_table(KV).map_err(other)?;
-        let mut expiry = txn.open_table(EXPIRY).map_err(other)?;
+        let mut kv = txn.open_table(KV)?;
+        let mut expiry = txn.open_table(EXPIRY)?;
         // Expired keys go first, in expiry order.
         let expired: Vec<(u64, String)> = expiry
-            .range((0u64, "")..(now, ""))
-            .map_err(other)?
+            .range((0u64, "")..(now, ""))?
             .filter_map(Result::ok)
             .map(|(k, _)| {
                 let (at, key) = k.value();
@@ -355,13 +385,12 @@ fn apply(db: &Database, batch: &[Write]) -> Result<Vec<Result<Done, StoreError>>
             })
             .collect();
         for (at, key) in expired {
-            expiry.remove((at, key.as_str())).map_err(other)?;
+            expiry.remove((at, key.as_str()))?;
             let stale = kv
-                .get(key.as_str())
-                .map_err(other)?
+                .get(key.as_str())?
                 .is_some_and(|v| decode(v.value(), now).is_none());
             if stale {
-                kv.remove(key.as_str()).map_err(other)?;
+                kv.remove(key.as_str())?;
             }
         }
         for w in batch {
@@ -372,7 +401,7 @@ fn apply(db: &Database, batch: &[Write]) -> Result<Vec<Result<Done, StoreError>>
                 | Op::Increment { key, .. }
                 | Op::CompareAndSwap { key, .. } => key.as_str(),
             };
-            let (old_expiry, old_value) = match kv.get(key).map_err(other)? {
+            let (old_expiry, old_value) = match kv.get(key)? {
                 Some(v) => {
                     let stored = v.value();
                     let expires = stored
@@ -387,50 +416,51 @@ fn apply(db: &Database, batch: &[Write]) -> Result<Vec<Result<Done, StoreError>>
                        expiry: &mut redb::Table<(u64, &str), ()>,
                        expires: u64,
                        value: &[u8]|
-             -> Result<(), StoreError> {
+             -> Result<(), redb::StorageError> {
                 if old_expiry != 0 {
-                    expiry.remove((old_expiry, key)).map_err(other)?;
+                    expiry.remove((old_expiry, key))?;
                 }
-                kv.insert(key, encode(expires, value).as_slice())
-                    .map_err(other)?;
+                kv.insert(key, encode(expires, value).as_slice())?;
                 if expires != 0 {
-                    expiry.insert((expires, key), ()).map_err(other)?;
+                    expiry.insert((expires, key), ())?;
                 }
                 Ok(())
             };
             let result = match &w.op {
                 Op::Set { value, expires, .. } => {
-                    put(&mut kv, &mut expiry, *expires, value).map(|()| Done::Unit)
+                    put(&mut kv, &mut expiry, *expires, value)?;
+                    Ok(Done::Unit)
                 }
                 Op::Delete { .. } => {
                     if old_expiry != 0 {
-                        expiry.remove((old_expiry, key)).map_err(other)?;
+                        expiry.remove((old_expiry, key))?;
                     }
-                    kv.remove(key).map_err(other)?;
+                    kv.remove(key)?;
                     Ok(Done::Bool(old_value.is_some()))
                 }
-                Op::Increment { delta, .. } => match parse_number(old_value.as_deref()) {
-                    Ok(n) => match n.checked_add(*delta) {
-                        Some(sum) => {
+                Op::Increment { delta, .. } => {
+                    let sum = parse_number(old_value.as_deref())
+                        .and_then(|n| n.checked_add(*delta).ok_or(StoreError::NotANumber));
+                    match sum {
+                        Ok(sum) => {
                             let keep = if old_value.is_some() { old_expiry } else { 0 };
-                            put(&mut kv, &mut expiry, keep, sum.to_string().as_bytes())
-                                .map(|()| Done::Number(sum))
+                            put(&mut kv, &mut expiry, keep, sum.to_string().as_bytes())?;
+                            Ok(Done::Number(sum))
                         }
-                        None => Err(StoreError::NotANumber),
-                    },
-                    Err(e) => Err(e),
-                },
-                Op::CompareAndSwap { expected, new, .. } => {
-                    if old_value.as_deref() == expected.as_deref() {
-                        put(&mut kv, &mut expiry, 0, new).map(|()| Done::Bool(true))
-                    } else {
-                        Ok(Done::Bool(false))
+                        Err(e) => Err(e),
                     }
+                }
+                Op::CompareAndSwap { expected, new, .. } => {
+                    let swap = old_value.as_deref() == expected.as_deref();
+                    if swap {
+                        put(&mut kv, &mut expiry, 0, new)?;
+                    }
+                    Ok(Done::Bool(swap))
                 }
             };
             results.push(result);
         }
     }
-    txn.commit().map_err(other)?;
+    txn.commit()?;
     Ok(results)
 }
