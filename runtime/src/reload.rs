@@ -119,7 +119,29 @@ impl Drop for Reloader {
 struct Watched {
     sites: Vec<(Option<PathBuf>, Option<PathBuf>)>,
     config: Option<PathBuf>,
+    /// Each site's root and servlets folder: a folder replaced (`mv build
+    /// www`) or made later is watched anew.
+    folders: Vec<Folder>,
     _watchers: Vec<notify::RecommendedWatcher>,
+}
+
+/// A site's root or servlets folder.
+struct Folder {
+    /// As configured.
+    dir: PathBuf,
+    /// The folder (device, inode) found there when the watches were made.
+    id: Option<(u64, u64)>,
+    /// Its path as events in its parent's watch name it.
+    in_parent: Option<PathBuf>,
+}
+
+/// The folder at `path`'s device and inode.
+fn folder_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path)
+        .ok()
+        .filter(std::fs::Metadata::is_dir)
+        .map(|m| (m.dev(), m.ino()))
 }
 
 impl Watched {
@@ -146,7 +168,19 @@ impl Watched {
             Ok(())
         };
         let mut sites = Vec::new();
+        let mut folders = Vec::new();
         for site in app.sites.load().iter() {
+            for dir in std::iter::once(&site.config.root).chain(&site.config.servlets) {
+                let in_parent = std::path::absolute(dir).ok().and_then(|d| {
+                    let parent = d.parent()?.canonicalize().ok()?;
+                    Some(parent.join(d.file_name()?))
+                });
+                folders.push(Folder {
+                    dir: dir.clone(),
+                    id: folder_id(dir),
+                    in_parent,
+                });
+            }
             let root = site.config.root.canonicalize().ok();
             if let Some(root) = &root {
                 watch(root, RecursiveMode::Recursive)?;
@@ -164,16 +198,37 @@ impl Watched {
             sites.push((root, servlets));
         }
         // Editors replace files by renaming over them, which a watch on the
-        // file itself would not survive: watch its folder.
+        // file itself would not survive: watch its folder. So for the
+        // sites' folders: their parents show one replaced or made.
         let config = source.file.as_ref().and_then(|f| f.canonicalize().ok());
-        if let Some(parent) = config.as_ref().and_then(|f| f.parent()) {
+        let mut parents: Vec<PathBuf> = config
+            .as_ref()
+            .and_then(|f| f.parent())
+            .map(Path::to_path_buf)
+            .into_iter()
+            .collect();
+        for folder in &folders {
+            if let Some(parent) = folder.in_parent.as_deref().and_then(Path::parent)
+                && !parents.iter().any(|p| p == parent)
+            {
+                parents.push(parent.to_path_buf());
+            }
+        }
+        for parent in &parents {
             watch(parent, RecursiveMode::NonRecursive)?;
         }
         Ok(Watched {
             sites,
             config,
+            folders,
             _watchers: watchers,
         })
+    }
+
+    /// Whether a site's folder is not the one watched: replaced, removed,
+    /// or made since.
+    fn stale(&self) -> bool {
+        self.folders.iter().any(|f| folder_id(&f.dir) != f.id)
     }
 }
 
@@ -220,6 +275,13 @@ impl Batch {
             if watched.config.as_deref() == Some(path.as_path()) {
                 self.config = true;
             }
+            if watched
+                .folders
+                .iter()
+                .any(|f| f.in_parent.as_deref() == Some(path.as_path()))
+            {
+                self.touch_all();
+            }
             for (i, (root, servlets)) in watched.sites.iter().enumerate() {
                 if root.as_ref().is_some_and(|r| path.starts_with(r)) {
                     self.sites[i].files = true;
@@ -231,6 +293,13 @@ impl Batch {
                     self.sites[i].servlets = true;
                 }
             }
+        }
+    }
+
+    /// Every site's files and servlets, looked at again.
+    fn touch_all(&mut self) {
+        for site in &mut self.sites {
+            *site = Refresh::ALL;
         }
     }
 
@@ -280,17 +349,23 @@ fn run(
         // A bug in one reload must not end hot reload for good: the batch
         // is abandoned (the old state keeps serving) and the loop goes on.
         let applied = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            if batch.config {
-                if reload_config(&app, &source) {
-                    match Watched::new(&app, &source, &tx) {
-                        Ok(w) => watched = w,
-                        Err(e) => {
-                            tracing::error!("{e}; hot reload may miss changes until restart")
-                        }
+            // A configuration refused leaves the sites' own changes of the
+            // batch to apply under the configuration that serves.
+            let reloaded = batch.config && reload_config(&app, &source);
+            let stale = watched.stale();
+            if !reloaded {
+                if stale {
+                    batch.touch_all();
+                }
+                refresh_sites(&app, &batch.sites);
+            }
+            if reloaded || stale {
+                match Watched::new(&app, &source, &tx) {
+                    Ok(w) => watched = w,
+                    Err(e) => {
+                        tracing::error!("{e}; hot reload may miss changes until restart")
                     }
                 }
-            } else {
-                refresh_sites(&app, &batch.sites);
             }
             schedule_tier_up(&app, &tx, &mut tiering);
         }));

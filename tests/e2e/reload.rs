@@ -340,3 +340,109 @@ async fn a_changed_servlet_goes_live_on_the_baseline_compiler_then_gets_optimise
     assert_eq!(server.get("/tiered").await?.text(), "second");
     Ok(())
 }
+
+/// Deploying by replacing a whole folder (`mv www www.old; mv build www`)
+/// keeps hot reload going: the new folder is served and then watched, for
+/// the site root and the servlets folder alike.
+#[tokio::test]
+async fn a_replaced_site_or_servlets_folder_is_served_and_watched() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("www/index.html", "v1")?;
+    site.file("servlets/a.wasm", version("a1"))?;
+    let server = start(&site, "").await?;
+    assert_eq!(server.get("/").await?.text(), "v1");
+    assert_eq!(server.get("/a").await?.text(), "a1");
+    for round in 2..4 {
+        let (root, old) = (site.path().join("www"), site.path().join("www.old"));
+        let _ = std::fs::remove_dir_all(&old);
+        std::fs::rename(&root, &old)?;
+        std::fs::create_dir(&root)?;
+        std::fs::write(root.join("index.html"), format!("v{round}"))?;
+        let want = format!("v{round}");
+        assert!(
+            eventually(WAIT, || text_is(&server, "/", &want)).await,
+            "round {round}"
+        );
+        // Edits inside the new folder are seen too.
+        site.file("www/index.html", format!("v{round} edited"))?;
+        site.file(&format!("www/new{round}.txt"), "new")?;
+        let want = format!("v{round} edited");
+        assert!(
+            eventually(WAIT, || text_is(&server, "/", &want)).await,
+            "round {round}"
+        );
+        let new = format!("/new{round}.txt");
+        assert!(eventually(WAIT, || text_is(&server, &new, "new")).await);
+    }
+    let (dir, old) = (
+        site.path().join("servlets"),
+        site.path().join("servlets.old"),
+    );
+    std::fs::rename(&dir, &old)?;
+    std::fs::create_dir(&dir)?;
+    std::fs::write(dir.join("a.wasm"), version("a2"))?;
+    assert!(eventually(WAIT, || text_is(&server, "/a", "a2")).await);
+    site.file("servlets/b.wasm", version("b1"))?;
+    assert!(eventually(WAIT, || text_is(&server, "/b", "b1")).await);
+    Ok(())
+}
+
+/// A servlet deployed in the same moment as a configuration edit that is
+/// refused still goes live (under the configuration that serves).
+#[tokio::test]
+async fn a_servlet_deployed_with_a_refused_configuration_edit_still_goes_live() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    let server = start(&site, "").await?;
+    std::fs::write(
+        site.path().join("swan.toml"),
+        "[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\ntimeout = 5\n",
+    )?;
+    site.file("servlets/fresh.wasm", version("fresh"))?;
+    assert!(eventually(WAIT, || text_is(&server, "/fresh", "fresh")).await);
+    assert_eq!(server.get("/").await?.text(), "home");
+    Ok(())
+}
+
+/// A module refused because its start function loops to its deadline is
+/// not tried again while it does not change: other deploys in its folder
+/// go live at once, not after the refused one's deadline (twice: once per
+/// compiler) on every event.
+#[tokio::test]
+async fn a_refused_module_is_not_tried_again_until_it_changes() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    let server = start(&site, "[site.servlet]\ntimeout = \"2s\"\n").await?;
+    let looping = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+  (func $spin (loop $l (br $l)))
+  (start $spin)
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) i32.const 0))"#,
+    )?;
+    site.file("servlets/bad.wasm", looping)?;
+    let refused = || {
+        server.app().sites.load().iter().any(|s| {
+            s.servlets
+                .refused
+                .iter()
+                .any(|r| r.file.ends_with("bad.wasm"))
+        })
+    };
+    assert!(eventually(Duration::from_secs(20), || async { refused() }).await);
+    for name in ["g1", "g2", "g3"] {
+        let started = std::time::Instant::now();
+        site.file(&format!("servlets/{name}.wasm"), version(name))?;
+        let path = format!("/{name}");
+        assert!(eventually(WAIT, || text_is(&server, &path, name)).await);
+        // Before, each deploy waited for bad.wasm's start function to run
+        // to its deadline twice: 4 s.
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{name} took {:?}",
+            started.elapsed()
+        );
+        assert!(refused(), "bad.wasm is still listed as refused");
+    }
+    Ok(())
+}

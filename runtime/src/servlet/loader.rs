@@ -64,6 +64,10 @@ pub struct Refused {
     pub error: Arc<LoadError>,
     /// Whether a previous version of it still serves.
     pub kept_previous: bool,
+    /// The route, settings and file stamp refused: the same again is not
+    /// tried again (a start function that loops to its deadline would
+    /// hold up every later reload of the folder).
+    tried: Option<(RoutePath, Box<ServletInfo>, Option<FileStamp>)>,
 }
 
 /// A loaded servlet and the stamp of the file it came from.
@@ -224,6 +228,8 @@ impl Loader {
         enum Step {
             Reuse(Loaded),
             Compile(Box<ServletInfo>, Option<FileStamp>, Option<Loaded>),
+            /// Refused before as it is now.
+            Refused(Refused, Option<Loaded>),
         }
         let steps: Vec<(RoutePath, Step)> = planned
             .into_iter()
@@ -238,11 +244,21 @@ impl Loader {
                         .iter()
                         .find(|l| l.path == path && l.servlet.info().file == info.file)
                 });
-                let step = match old {
-                    Some(old) if old.stamp == stamp && *old.servlet.info() == *info => {
+                let refused_before = previous.and_then(|p| {
+                    p.refused.iter().find(|r| {
+                        r.tried.as_ref().is_some_and(|(route, tried, tried_stamp)| {
+                            *route == path && **tried == *info && *tried_stamp == stamp
+                        })
+                    })
+                });
+                let step = match (old, refused_before) {
+                    (Some(old), _) if old.stamp == stamp && *old.servlet.info() == *info => {
                         Step::Reuse(old.clone())
                     }
-                    _ => Step::Compile(info, stamp, old.cloned()),
+                    (old, Some(refused)) if stamp.is_some() => {
+                        Step::Refused(refused.clone(), old.cloned())
+                    }
+                    (old, _) => Step::Compile(info, stamp, old.cloned()),
                 };
                 (path, step)
             })
@@ -252,8 +268,10 @@ impl Loader {
             let outcomes: Vec<_> = steps
                 .into_iter()
                 .map(|(path, step)| match step {
-                    Step::Reuse(l) => (path, Ok(l)),
+                    Step::Reuse(l) => (path, Ok(Ok(l))),
+                    Step::Refused(refused, old) => (path, Ok(Err((refused, old)))),
                     Step::Compile(info, stamp, old) => {
+                        let tried = (path.clone(), info.clone(), stamp);
                         let handle = scope.spawn(move || {
                             let started = std::time::Instant::now();
                             let file = info.file.clone();
@@ -261,20 +279,26 @@ impl Loader {
                             tracing::debug!(file = %file.display(), took_ms = started.elapsed().as_millis() as u64, "servlet compiled and checked");
                             loaded
                         });
-                        (path, Err((handle, stamp, old)))
+                        (path, Err((handle, tried, old)))
                     }
                 })
                 .collect();
             let mut loaded = Vec::new();
             let mut refused = Vec::new();
             for (path, outcome) in outcomes {
-                let (handle, stamp, old) = match outcome {
-                    Ok(reused) => {
+                let (handle, tried, old) = match outcome {
+                    Ok(Ok(reused)) => {
                         loaded.push(Some(reused));
+                        continue;
+                    }
+                    Ok(Err((again, old))) => {
+                        loaded.push(old);
+                        refused.push(again);
                         continue;
                     }
                     Err(compiling) => compiling,
                 };
+                let stamp = tried.2;
                 match handle.join() {
                     Ok(Ok(servlet)) => {
                         if old.is_some() {
@@ -293,10 +317,12 @@ impl Loader {
                             tracing::warn!(route = %path, file = %file.display(), "new version refused; the previous version keeps serving");
                         }
                         loaded.push(old);
+                        let lasting = error.is_lasting();
                         refused.push(Refused {
                             file,
                             error: Arc::new(error),
                             kept_previous,
+                            tried: lasting.then_some(tried),
                         });
                     }
                     Err(_) => {
@@ -310,15 +336,16 @@ impl Loader {
     }
 }
 
-/// Loads with `tier`; a module the baseline compiler cannot handle goes to
-/// Cranelift.
+/// Loads with `tier`; a module the baseline compiler cannot compile goes
+/// to Cranelift. Any other refusal (imports, exports, a start function
+/// that fails or loops) would be the same there, and is not tried twice.
 fn with_fallback<T>(
     tier: Tier,
     name: &str,
     load: impl Fn(Tier) -> Result<T, LoadError>,
 ) -> Result<T, LoadError> {
     match load(tier) {
-        Err(e) if tier == Tier::Baseline => {
+        Err(e @ LoadError::Invalid { .. }) if tier == Tier::Baseline => {
             tracing::debug!(servlet = %name, error = %e, "baseline compiler refused; using Cranelift");
             load(Tier::Optimized)
         }

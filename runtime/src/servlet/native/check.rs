@@ -87,6 +87,17 @@ pub enum LoadError {
 }
 
 impl LoadError {
+    /// Whether loading the same file with the same settings would be
+    /// refused again: not for a file that could not be read, or a trial
+    /// instance that found no free slot (`max_instances` busy).
+    pub fn is_lasting(&self) -> bool {
+        match self {
+            LoadError::Read { .. } => false,
+            LoadError::Instantiate { reason, .. } => !reason.contains("no free instance slot"),
+            _ => true,
+        }
+    }
+
     /// The file refused.
     pub fn file(&self) -> &Path {
         match self {
