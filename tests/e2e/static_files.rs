@@ -630,3 +630,61 @@ async fn ambiguous_body_framing_is_refused_and_the_connection_closed() -> Result
     }
     Ok(())
 }
+
+/// Edge cases of RFC 9110 a review found: a range of a zero-length file
+/// is ignored (200, as NGINX answers; a media player asks `bytes=0-`),
+/// `Accept-Encoding` sent on several field lines is one list and its
+/// q-values choose the coding, and a file modified "in the future" gets
+/// a Last-Modified no later than now, which revalidates.
+#[tokio::test]
+async fn empty_ranges_split_accept_encoding_and_future_dates() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/empty.txt", "")?;
+    site.file("www/app.js", "let x = 'identity';\n".repeat(40))?;
+    site.file("www/app.js.br", "brotli-marker")?;
+    site.file("www/app.js.gz", "gzip-marker")?;
+    let future = site.file("www/future.txt", "from the future")?;
+    let in_a_year = std::time::SystemTime::now() + Duration::from_secs(365 * 24 * 3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&future)?
+        .set_modified(in_a_year)?;
+    let server = TestServer::start(site.config("[[site]]\nroot = \"www\"\n")?).await?;
+    for range in ["bytes=0-", "bytes=-5", "bytes=0-0"] {
+        let r = server.get_with("/empty.txt", &[("range", range)]).await?;
+        assert_eq!(r.status, StatusCode::OK, "{range}");
+        assert_eq!(r.header("content-length"), "0", "{range}");
+        assert!(r.body.is_empty());
+    }
+    let encoded = |lines: &'static [&'static str]| {
+        let server = &server;
+        async move {
+            let mut req = Request::get(server.url("/app.js"));
+            for line in lines {
+                req = req.header("accept-encoding", *line);
+            }
+            let r = server.send(req.body(Full::new(Bytes::new()))?).await?;
+            anyhow::Ok(r.text())
+        }
+    };
+    assert_eq!(encoded(&["*", "br;q=0"]).await?, "gzip-marker");
+    assert_eq!(encoded(&["gzip;q=1.0, br;q=0.5"]).await?, "gzip-marker");
+    assert_eq!(encoded(&["gzip", "br"]).await?, "brotli-marker");
+    assert_eq!(encoded(&["gzip;q=0", "br;q=0"]).await?.len(), 20 * 40);
+    let r = server.get("/future.txt").await?;
+    let last_modified = httpdate::parse_http_date(r.header("last-modified"))?;
+    assert!(
+        last_modified <= std::time::SystemTime::now(),
+        "{}",
+        r.header("last-modified")
+    );
+    let again = server
+        .get_with(
+            "/future.txt",
+            &[("if-modified-since", r.header("last-modified"))],
+        )
+        .await?;
+    assert_eq!(again.status, StatusCode::NOT_MODIFIED);
+    Ok(())
+}

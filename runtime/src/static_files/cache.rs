@@ -12,15 +12,15 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 
 use super::compress::{self, Encoding};
 use super::headers::{
-    Fingerprint, content_hash, content_type_for, disk_etag, disk_tag, http_date, quoted_etag,
-    whole_seconds,
+    Fingerprint, content_hash, content_type_for, disk_etag, disk_tag, http_date, last_modified,
+    quoted_etag,
 };
 use crate::config::{CacheConfig, SiteConfig};
 use crate::file_stamp::FileStamp;
@@ -116,7 +116,7 @@ impl DiskFile {
         if Some(stamp) == self.fingerprint.0[0] {
             return None;
         }
-        let modified = whole_seconds(meta.modified().unwrap_or(UNIX_EPOCH));
+        let modified = last_modified(meta);
         let etag = disk_etag(stamp);
         let last_modified = http_date(modified);
         let mut headers = self.rep.headers.clone();
@@ -380,7 +380,7 @@ impl Loader<'_> {
         key: String,
         meta: &std::fs::Metadata,
     ) -> std::io::Result<()> {
-        let modified = whole_seconds(meta.modified().unwrap_or(UNIX_EPOCH));
+        let modified = last_modified(meta);
         let last_modified = http_date(modified);
         let content_type = content_type_for(path);
         let len = meta.len();

@@ -105,44 +105,55 @@ pub(crate) fn worth_keeping(original: usize, compressed: usize) -> bool {
 /// Which codings the client accepts, from its `Accept-Encoding` header.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Accepted {
-    /// `br` accepted with q > 0.
-    pub brotli: bool,
-    /// `gzip` (or `x-gzip`) accepted with q > 0.
-    pub gzip: bool,
+    /// `br`'s q-value in thousandths (0: not acceptable).
+    pub brotli: u16,
+    /// `gzip`'s (or `x-gzip`'s).
+    pub gzip: u16,
 }
 
 impl Accepted {
-    /// Parses an `Accept-Encoding` value without allocating.
-    pub(crate) fn parse(value: &[u8]) -> Accepted {
-        let Ok(value) = std::str::from_utf8(value) else {
-            return Accepted::default();
-        };
-        let mut accepted = Accepted::default();
+    /// Parses `Accept-Encoding`, all its field lines as one list (RFC 9110
+    /// §5.3), without allocating. A coding not named takes `*`'s q-value;
+    /// a malformed q-value is 0.
+    pub(crate) fn parse<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Accepted {
         let (mut br, mut gz, mut star) = (None, None, None);
-        for item in value.split(',') {
-            let mut parts = item.split(';');
-            let coding = parts.next().unwrap_or("").trim();
-            let mut q_positive = true;
-            for param in parts {
-                let param = param.trim();
-                if let Some(q) = param
-                    .strip_prefix("q=")
-                    .or_else(|| param.strip_prefix("Q="))
+        for line in lines {
+            let Ok(value) = std::str::from_utf8(line) else {
+                continue;
+            };
+            for item in value.split(',') {
+                let mut parts = item.split(';');
+                let coding = parts.next().unwrap_or("").trim();
+                let mut q = 1000;
+                for param in parts {
+                    let param = param.trim();
+                    if let Some(value) = param
+                        .strip_prefix("q=")
+                        .or_else(|| param.strip_prefix("Q="))
+                    {
+                        q = value
+                            .trim()
+                            .parse::<f32>()
+                            .ok()
+                            .filter(|q| (0.0..=1.0).contains(q))
+                            .map_or(0, |q| (q * 1000.0).round() as u16);
+                    }
+                }
+                if coding.eq_ignore_ascii_case("br") {
+                    br = Some(q);
+                } else if coding.eq_ignore_ascii_case("gzip")
+                    || coding.eq_ignore_ascii_case("x-gzip")
                 {
-                    q_positive = q.trim().parse::<f32>().map(|q| q > 0.0).unwrap_or(false);
+                    gz = Some(q);
+                } else if coding == "*" {
+                    star = Some(q);
                 }
             }
-            if coding.eq_ignore_ascii_case("br") {
-                br = Some(q_positive);
-            } else if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
-                gz = Some(q_positive);
-            } else if coding == "*" {
-                star = Some(q_positive);
-            }
         }
-        accepted.brotli = br.or(star).unwrap_or(false);
-        accepted.gzip = gz.or(star).unwrap_or(false);
-        accepted
+        Accepted {
+            brotli: br.or(star).unwrap_or(0),
+            gzip: gz.or(star).unwrap_or(0),
+        }
     }
 }
 
@@ -151,17 +162,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn accept_encoding_honours_q_values_and_star() {
-        let a = Accepted::parse(b"gzip, deflate, br");
-        assert!(a.brotli && a.gzip);
-        let a = Accepted::parse(b"br;q=0, gzip;q=0.5");
-        assert!(!a.brotli && a.gzip);
-        let a = Accepted::parse(b"*");
-        assert!(a.brotli && a.gzip);
-        let a = Accepted::parse(b"*;q=0, gzip");
-        assert!(!a.brotli && a.gzip);
-        let a = Accepted::parse(b"identity");
-        assert!(!a.brotli && !a.gzip);
+    fn accept_encoding_honours_q_values_star_and_every_field_line() {
+        let q = |lines: &[&str]| {
+            let a = Accepted::parse(lines.iter().map(|l| l.as_bytes()));
+            (a.brotli, a.gzip)
+        };
+        assert_eq!(q(&["gzip, deflate, br"]), (1000, 1000));
+        assert_eq!(q(&["br;q=0, gzip;q=0.5"]), (0, 500));
+        assert_eq!(q(&["*"]), (1000, 1000));
+        assert_eq!(q(&["*;q=0, gzip"]), (0, 1000));
+        assert_eq!(q(&["identity"]), (0, 0));
+        assert_eq!(q(&["gzip;q=1.0, br;q=0.5"]), (500, 1000));
+        assert_eq!(q(&["*", "br;q=0"]), (0, 1000));
+        assert_eq!(q(&["br;q=2", "gzip;q=x"]), (0, 0));
+        assert_eq!(q(&[]), (0, 0));
     }
 
     #[test]

@@ -54,6 +54,14 @@ pub(crate) fn whole_seconds(t: SystemTime) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs)
 }
 
+/// A file's Last-Modified: its modification time in whole seconds, or
+/// now if that is in the future (RFC 9110 §8.8.2.1: a server replaces a
+/// future date with the message's).
+pub(crate) fn last_modified(meta: &std::fs::Metadata) -> SystemTime {
+    let modified = meta.modified().unwrap_or(UNIX_EPOCH);
+    whole_seconds(modified.min(SystemTime::now()))
+}
+
 pub(super) fn http_date(t: SystemTime) -> HeaderValue {
     HeaderValue::from_str(&httpdate::fmt_http_date(t))
         .unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"))

@@ -186,10 +186,14 @@ fn chosen<'f>(
     if brotli.is_none() && gzip.is_none() {
         return None;
     }
-    let accepted = Accepted::parse(headers.get(header::ACCEPT_ENCODING)?.as_bytes());
+    let lines = headers.get_all(header::ACCEPT_ENCODING);
+    let accepted = Accepted::parse(lines.iter().map(HeaderValue::as_bytes));
+    // The client's preference; brotli (smaller) when it has none.
+    let br_q = if brotli.is_some() { accepted.brotli } else { 0 };
+    let gz_q = if gzip.is_some() { accepted.gzip } else { 0 };
     match (brotli, gzip) {
-        (Some(br), _) if accepted.brotli => Some(br),
-        (_, Some(gz)) if accepted.gzip => Some(gz),
+        (Some(br), _) if br_q > 0 && br_q >= gz_q => Some(br),
+        (_, Some(gz)) if gz_q > 0 => Some(gz),
         _ => None,
     }
 }
@@ -291,6 +295,12 @@ fn byte_range(
         if !current {
             return RangeAnswer::Full;
         }
+    }
+    // A zero-length body has no byte to give: the range is ignored, as
+    // RFC 9110 §14.2 allows and NGINX does, never a 416 a media player
+    // (which asks `bytes=0-`) would take for an error.
+    if rep.len == 0 {
+        return RangeAnswer::Full;
     }
     let Ok(value) = range.to_str() else {
         return RangeAnswer::Full;
