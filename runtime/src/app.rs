@@ -99,6 +99,60 @@ impl LogHead {
     }
 }
 
+/// NGINX's status for a request whose client went away before its answer.
+const CLIENT_CLOSED: u16 = 499;
+
+/// A request not answered yet: if its handling is dropped before the
+/// answer (an HTTP/2 client resets the stream, a connection closes), it
+/// is still logged and counted, as NGINX's 499, never lost.
+struct Unanswered<'a> {
+    app: &'a App,
+    site: &'a Site,
+    head: Option<LogHead>,
+    client: SocketAddr,
+    id: RequestId,
+    started: Instant,
+    answered: bool,
+}
+
+impl Unanswered<'_> {
+    /// The answer is here: what the access log keeps of the request.
+    fn answered(mut self) -> Option<LogHead> {
+        self.answered = true;
+        self.head.take()
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        let elapsed = self.started.elapsed();
+        let site = &self.site;
+        let counters = site
+            .counters
+            .get_or_init(|| self.app.observe.site(&site.config.name));
+        counters.requests.record(CLIENT_CLOSED, 0, elapsed);
+        tracing::debug!(request_id = %self.id, "the client went away before the answer");
+        if let (Some(head), Some(log)) = (self.head.take(), &self.app.observe.access_log) {
+            log.log(&Entry {
+                time: crate::clock::wall() - elapsed,
+                client: self.client,
+                method: Some(head.method),
+                version: head.version,
+                status: CLIENT_CLOSED,
+                bytes: 0,
+                duration: elapsed,
+                site: site.name.clone(),
+                route: None,
+                id: self.id,
+                text: head.text,
+            });
+        }
+    }
+}
+
 /// Empties the body of an HTTP/2 response that must not have one: an
 /// answer to HEAD, a 204 or a 304 (RFC 9110 §6.4.1). hyper drops these
 /// bodies itself on HTTP/1 only, and a body there is a protocol error for
@@ -223,6 +277,15 @@ impl App {
             (req.version() == http::Version::HTTP_2).then(|| req.method() == Method::HEAD);
         let sites = self.sites.load();
         let site = sites.for_host(host_of(&req));
+        let unanswered = Unanswered {
+            app: self,
+            site,
+            head: log_head,
+            client,
+            id,
+            started,
+            answered: false,
+        };
         let mut hit = None;
         let mut res = {
             // Pinned in place: the wrappers below hold a pointer to the
@@ -231,6 +294,7 @@ impl App {
             tokio::pin!(handling);
             answer_or_500(handling.as_mut().instrument(span.clone()), id).await
         };
+        let log_head = unanswered.answered();
         if let Some(head) = h2_head {
             strip_h2_body(&mut res, head);
         }

@@ -907,3 +907,101 @@ fn production_keys_are_checked_at_load() {
         assert!(err.contains("swan.toml:") && err.contains("hint:"), "{err}");
     }
 }
+
+/// `/spin`: loops until its deadline.
+const SPIN: &str = r#"(module
+  (memory (export "memory") 1)
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (loop $l (br $l)) i32.const 0))"#;
+
+/// An HTTP/2 frame: length, type, flags, stream.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut out = len.to_be_bytes()[1..].to_vec();
+    out.extend([kind, flags]);
+    out.extend(stream.to_be_bytes());
+    out.extend(payload);
+    out
+}
+
+/// A request whose client resets it before the answer (HTTP/2
+/// RST_STREAM, here while its servlet runs) is still logged, with NGINX's
+/// 499, and counted; the connection goes on. Over HTTP/2 the bytes
+/// logged are those sent, not a cached body handed over whole.
+#[test]
+fn an_http2_request_reset_before_its_answer_is_logged_as_499_and_bytes_are_those_sent() {
+    let dir = with_servlets(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [log]\naccess = \"logs/access.log\"\nformat = \"json\"\n\
+         [[site]]\nname = \"main\"\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\ntimeout = \"3s\"\n",
+    );
+    std::fs::create_dir(dir.path().join("logs")).expect("logs");
+    std::fs::write(
+        dir.path().join("servlets/spin.wasm"),
+        wat::parse_str(SPIN).expect("spin"),
+    )
+    .expect("spin");
+    std::fs::write(dir.path().join("www/mid.html"), "m".repeat(200_000)).expect("mid");
+    let s = start(dir.path(), &[], true);
+    let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
+    // HPACK: GET, http, a literal :path and :authority.
+    let block = |path: &str| {
+        let mut block = vec![0x82, 0x86, 0x04, path.len() as u8];
+        block.extend(path.as_bytes());
+        block.extend([0x01, 1, b'a']);
+        block
+    };
+    let mut stream = TcpStream::connect(&public).expect("connect");
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(0x4, 0, 0, &[]));
+    out.extend(h2_frame(0x1, 0x5, 1, &block("/spin")));
+    stream.write_all(&out).expect("request");
+    std::thread::sleep(Duration::from_millis(300));
+    // RST_STREAM (CANCEL), then another request on the same connection.
+    let mut out = h2_frame(0x3, 0, 1, &8u32.to_be_bytes());
+    out.extend(h2_frame(0x1, 0x5, 3, &block("/")));
+    stream.write_all(&out).expect("reset");
+    let lines = read_lines(&dir.path().join("logs/access.log"), 2);
+    let parsed: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let spin = parsed
+        .iter()
+        .find(|v| v["path"] == "/spin")
+        .unwrap_or_else(|| panic!("no line for the reset request: {lines:?}"));
+    assert_eq!(spin["status"], 499, "{lines:?}");
+    assert_eq!(spin["protocol"], "HTTP/2.0");
+    assert!(
+        parsed
+            .iter()
+            .any(|v| v["path"] == "/" && v["status"] == 200),
+        "{lines:?}"
+    );
+    let metrics = get(&admin, "/metrics");
+    assert!(metrics.contains("class=\"4xx\""), "{metrics}");
+    drop(stream);
+    // A client that grants no window and resets: the bytes logged are
+    // those sent (none), not the cached body handed to HTTP/2 at once.
+    let mut stream = TcpStream::connect(&public).expect("connect");
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(0x4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+    out.extend(h2_frame(0x1, 0x5, 1, &block("/mid.html")));
+    stream.write_all(&out).expect("request");
+    std::thread::sleep(Duration::from_millis(300));
+    stream
+        .write_all(&h2_frame(0x3, 0, 1, &8u32.to_be_bytes()))
+        .expect("reset");
+    let lines = read_lines(&dir.path().join("logs/access.log"), 3);
+    let mid: serde_json::Value = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .find(|v: &serde_json::Value| v["path"] == "/mid.html")
+        .unwrap_or_else(|| panic!("no line for /mid.html: {lines:?}"));
+    assert_eq!(mid["status"], 200, "{mid}");
+    let bytes = mid["bytes"].as_u64().expect("bytes");
+    assert!(bytes <= 16 << 10, "{bytes} bytes logged, none sent");
+    drop(stream);
+    stop(s.child);
+}

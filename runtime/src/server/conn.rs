@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
+use bytes::Bytes;
 use http::HeaderValue;
 use http_body::{Frame, SizeHint};
 
@@ -163,7 +164,9 @@ pub(crate) fn service(
             // Finishing needs the app: the clone made for this request goes
             // with the body.
             let exchange = exchange.map(|e| (e, app));
-            Ok::<_, Infallible>(res.map(|body| SentBody::new(body, sending, exchange, gate)))
+            let mut res = res.map(|body| SentBody::new(body, sending, exchange, gate));
+            res.body_mut().in_pieces = !http1;
+            Ok::<_, Infallible>(res)
         }
     })
 }
@@ -459,7 +462,19 @@ pub(crate) struct SentBody {
     bytes: u64,
     /// HTTP/2 file bodies: the place this one waits for before it is read.
     gate: Option<Box<FileGate>>,
+    /// HTTP/2: data goes to hyper in pieces of at most [`H2_PIECE`], which
+    /// it takes as the client's flow-control window lets it send them, so
+    /// the bytes counted are those sent (within the stream's send buffer),
+    /// not a whole cached body handed over at once to a client that never
+    /// reads it.
+    in_pieces: bool,
+    /// The rest of a data frame not handed over yet.
+    rest: Bytes,
 }
+
+/// The largest piece of an HTTP/2 body handed to hyper at once: its
+/// default frame size.
+const H2_PIECE: usize = 16 << 10;
 
 impl SentBody {
     fn new(
@@ -474,6 +489,8 @@ impl SentBody {
             exchange,
             bytes: 0,
             gate,
+            in_pieces: false,
+            rest: Bytes::new(),
         }
     }
 }
@@ -559,7 +576,23 @@ impl http_body::Body for SentBody {
         if let Some(gate) = this.gate.as_mut() {
             ready!(gate.poll_enter(cx));
         }
-        let polled = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        let polled = if this.rest.is_empty() {
+            ready!(Pin::new(&mut this.inner).poll_frame(cx))
+        } else {
+            Some(Ok(Frame::data(std::mem::take(&mut this.rest))))
+        };
+        let polled = match polled {
+            Some(Ok(frame)) if this.in_pieces => Some(Ok(match frame.into_data() {
+                Ok(mut data) => {
+                    if data.len() > H2_PIECE {
+                        this.rest = data.split_off(H2_PIECE);
+                    }
+                    Frame::data(data)
+                }
+                Err(frame) => frame,
+            })),
+            other => other,
+        };
         if this.exchange.is_some()
             && let Some(Ok(frame)) = &polled
             && let Some(data) = frame.data_ref()
@@ -571,11 +604,20 @@ impl http_body::Body for SentBody {
 
     #[inline]
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.rest.is_empty() && self.inner.is_end_stream()
     }
 
     #[inline]
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let mut hint = self.inner.size_hint();
+        if !self.rest.is_empty() {
+            // The upper bound first: a lower one past it panics.
+            let rest = self.rest.len() as u64;
+            if let Some(upper) = hint.upper() {
+                hint.set_upper(upper + rest);
+            }
+            hint.set_lower(hint.lower() + rest);
+        }
+        hint
     }
 }
