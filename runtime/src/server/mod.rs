@@ -14,6 +14,7 @@ pub mod listener;
 mod parking;
 mod proxy_protocol;
 mod sendfile;
+mod sent_body;
 mod stream;
 pub mod tls;
 mod watchdog;
