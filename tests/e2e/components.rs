@@ -371,6 +371,12 @@ async fn bodiless_answers_and_odd_statuses_from_a_component() -> Result<()> {
     let [_, no_content] = over_both(&server, http::Method::GET, "/f/status?n=204").await?;
     assert_eq!(no_content.status, StatusCode::NO_CONTENT);
     assert!(no_content.body.is_empty());
+    // 205 carries no content either (RFC 9110 §15.3.6): the guest's body
+    // is dropped.
+    for reset in over_both(&server, http::Method::GET, "/f/status?n=205").await? {
+        assert_eq!(reset.status, StatusCode::RESET_CONTENT);
+        assert!(reset.body.is_empty(), "{:?}", reset.version);
+    }
     for status in ["100", "101", "103", "600", "999"] {
         let path = format!("/f/status?n={status}");
         for r in over_both(&server, http::Method::GET, &path).await? {

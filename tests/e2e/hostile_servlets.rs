@@ -333,3 +333,42 @@ async fn wasi_gives_no_files_and_only_the_servlets_settings() -> Result<()> {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
     server.stop().await
 }
+
+/// A `.wasm` that is not binary WebAssembly (text, a symlink to some
+/// other file) is refused without its content: wasmtime would parse it
+/// as the text format and quote it, into the log and the status page.
+#[tokio::test]
+async fn a_file_that_is_not_binary_webassembly_is_refused_without_quoting_it() -> Result<()> {
+    let site = TestSite::new()?;
+    let secret = site.file("secret.txt", "root:x:0:0:secret-marker:/root:/bin/bash\n")?;
+    let (site2, server) = start_with(
+        &[("text.wasm", b"(module secret-marker-in-text)".to_vec())],
+        QUICK,
+    )
+    .await?;
+    std::os::unix::fs::symlink(&secret, site2.path().join("servlets/linked.wasm"))?;
+    site2.file("servlets/ok.wasm", ok_module())?;
+    assert!(
+        eventually(WAIT, || async {
+            server.get("/ok").await.is_ok_and(|r| r.text() == "ok")
+        })
+        .await
+    );
+    let refused = refused(&server);
+    assert!(
+        refused
+            .iter()
+            .any(|e| e.contains("text.wasm") && e.contains("magic number")),
+        "{refused:?}"
+    );
+    assert!(
+        refused.iter().any(|e| e.contains("linked.wasm")),
+        "{refused:?}"
+    );
+    assert!(
+        refused.iter().all(|e| !e.contains("secret-marker")),
+        "{refused:?}"
+    );
+    assert_eq!(server.get("/text").await?.status, StatusCode::NOT_FOUND);
+    Ok(())
+}

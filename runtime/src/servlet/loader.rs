@@ -127,6 +127,15 @@ impl Loader {
             file: info.file.clone(),
             source,
         })?;
+        // Binary WebAssembly only: wasmtime would parse anything else as
+        // the text format, and its error would quote the file (a symlink
+        // to a secret would reach the log and the status page).
+        if !bytes.starts_with(b"\0asm") {
+            return Err(LoadError::Invalid {
+                file: info.file.clone(),
+                reason: "it does not start with the WebAssembly magic number (\\0asm); compile text (.wat) to a binary first".to_owned(),
+            });
+        }
         let (pool, tier) = if component::is_component(&bytes) {
             let (guest, tier) = with_fallback(tier, &info.name, |t| {
                 component::load(

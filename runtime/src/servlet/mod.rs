@@ -213,6 +213,12 @@ impl Servlet {
 /// the client fail the stream).
 fn tidy_response(res: &mut Response<Body>) {
     let no_content = res.status() == http::StatusCode::NO_CONTENT;
+    // 205 has no content either (RFC 9110 §15.3.6): whatever the guest
+    // wrote is dropped, and the response says its length is 0.
+    if res.status() == http::StatusCode::RESET_CONTENT {
+        *res.body_mut() = Body::empty();
+        res.headers_mut().remove(http::header::CONTENT_LENGTH);
+    }
     let headers = res.headers_mut();
     headers.remove(http::header::TE);
     if no_content {
