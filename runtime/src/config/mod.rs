@@ -259,6 +259,25 @@ mod tests {
     }
 
     #[test]
+    fn prewarm_past_max_instances_is_refused_where_it_is_set() {
+        let refused = text(parse(
+            "[server]\nmax_instances = 4\n[[site]]\nroot = \".\"\n[site.servlet]\nprewarm = 5\n[[site.route]]\npath = \"/x\"\nservlet = \"x.wasm\"\nprewarm = 100000\n",
+        ));
+        for needle in [
+            "swan.toml:6:11: site[0].servlet.prewarm",
+            "swan.toml:10:11: site[0].route[0].prewarm",
+            "server.max_instances (4)",
+            "use at most 4",
+        ] {
+            assert!(refused.contains(needle), "{needle}: {refused}");
+        }
+        let fine = text(parse(
+            "[server]\nmax_instances = 4\n[[site]]\nroot = \".\"\n[site.servlet]\nprewarm = 4\n",
+        ));
+        assert!(!fine.contains("prewarm"), "{fine}");
+    }
+
+    #[test]
     fn problems_in_later_sites_keep_their_index_in_the_file() {
         let text = text(parse(
             "[[site]]\nhosts = [\"a\"]\n[[site]]\nroot = \".\"\nhosts = [\"b\"]\ndefault = true\n[[site.route]]\npath = \"/x\"\nservlet = \"nope.wasm\"\n",

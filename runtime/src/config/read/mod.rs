@@ -145,7 +145,7 @@ pub(crate) fn document(
 
     let mut sites = Vec::new();
     for (index, mut t) in site_tables.into_iter().enumerate() {
-        let read = site::read(&mut t, diag, base, index);
+        let read = site::read(&mut t, diag, base, index, server.max_instances);
         t.finish(diag, SITE_KEYS);
         match read {
             Some((site, at)) => {

@@ -17,6 +17,7 @@ fn servlet_limits(
     t: &mut TableReader<'_, '_>,
     diag: &mut Diagnostics<'_>,
     base: &ServletLimits,
+    max_instances: u32,
 ) -> ServletLimits {
     let mut l = base.clone();
     if let Some(n) = t.size(diag, "max_memory") {
@@ -122,6 +123,20 @@ fn servlet_limits(
                         _ => format!("use a number of {min} or more"),
                     }),
                 );
+            } else if key == "prewarm" && *n.get_ref() > u64::from(max_instances) {
+                // A pool that can never fill, holding every instance slot:
+                // no other servlet could even be tried at a reload.
+                diag.error(
+                    n.span(),
+                    &t.key_path(key),
+                    format!(
+                        "{} instances ready ahead is more than server.max_instances ({max_instances}) allows in the whole process",
+                        n.get_ref()
+                    ),
+                    Some(format!(
+                        "use at most {max_instances}; every route's prewarmed instances hold slots of server.max_instances"
+                    )),
+                );
             } else {
                 *slot = *n.get_ref() as u32;
             }
@@ -136,6 +151,7 @@ fn route(
     base: &Path,
     defaults: &ServletLimits,
     index: usize,
+    max_instances: u32,
 ) -> Option<(RouteConfig, RoutePositions, Range<usize>)> {
     let mut path_span = t.span();
     let path = match t.string(diag, "path") {
@@ -176,7 +192,7 @@ fn route(
             None
         }
     };
-    let limits = servlet_limits(t, diag, defaults);
+    let limits = servlet_limits(t, diag, defaults, max_instances);
     let mut settings = Vec::new();
     if let Some(mut s) = t.table(diag, "settings") {
         let keys: Vec<String> = s.keys().map(str::to_owned).collect();
@@ -223,6 +239,7 @@ pub(super) fn read(
     diag: &mut Diagnostics<'_>,
     base: &Path,
     index: usize,
+    max_instances: u32,
 ) -> Option<(SiteConfig, SitePositions)> {
     let site_key = t.key_path("");
     let site_key = site_key.trim_end_matches('.');
@@ -308,7 +325,7 @@ pub(super) fn read(
     });
     let servlet_limits = match t.table(diag, "servlet") {
         Some(mut s) => {
-            let limits = servlet_limits(&mut s, diag, &ServletLimits::default());
+            let limits = servlet_limits(&mut s, diag, &ServletLimits::default(), max_instances);
             s.finish(diag, SERVLET_KEYS);
             limits
         }
@@ -317,7 +334,9 @@ pub(super) fn read(
     let mut routes: Vec<RouteConfig> = Vec::new();
     let mut route_positions: Vec<RoutePositions> = Vec::new();
     for (index, mut r) in t.tables(diag, "route").into_iter().enumerate() {
-        if let Some((route, at, path_span)) = route(&mut r, diag, base, &servlet_limits, index) {
+        if let Some((route, at, path_span)) =
+            route(&mut r, diag, base, &servlet_limits, index, max_instances)
+        {
             // Two routes for one path: only one could ever answer.
             // (A route without a valid path is reported already.)
             let valid = route.path != RoutePath::Exact(String::new());
