@@ -214,8 +214,17 @@ impl Watched {
                 parents.push(parent.to_path_buf());
             }
         }
-        for parent in &parents {
-            watch(parent, RecursiveMode::NonRecursive)?;
+        // The configuration's folder is needed; a site folder's parent
+        // only tells of the folder being replaced, and may not be readable.
+        for (i, parent) in parents.iter().enumerate() {
+            match watch(parent, RecursiveMode::NonRecursive) {
+                Err(e) if i > 0 || config.is_none() => {
+                    tracing::warn!(
+                        "{e}; a replaced site folder there is noticed at its next change"
+                    );
+                }
+                watched => watched?,
+            }
         }
         Ok(Watched {
             sites,
@@ -352,13 +361,9 @@ fn run(
             // A configuration refused leaves the sites' own changes of the
             // batch to apply under the configuration that serves.
             let reloaded = batch.config && reload_config(&app, &source);
-            let stale = watched.stale();
-            if !reloaded {
-                if stale {
-                    batch.touch_all();
-                }
-                refresh_sites(&app, &batch.sites);
-            }
+            // A replaced folder is watched before it is read, so nothing
+            // written into it meanwhile goes unseen.
+            let stale = !reloaded && watched.stale();
             if reloaded || stale {
                 match Watched::new(&app, &source, &tx) {
                     Ok(w) => watched = w,
@@ -366,6 +371,12 @@ fn run(
                         tracing::error!("{e}; hot reload may miss changes until restart")
                     }
                 }
+            }
+            if !reloaded {
+                if stale {
+                    batch.touch_all();
+                }
+                refresh_sites(&app, &batch.sites);
             }
             schedule_tier_up(&app, &tx, &mut tiering);
         }));

@@ -64,11 +64,24 @@ pub struct Refused {
     pub error: Arc<LoadError>,
     /// Whether a previous version of it still serves.
     pub kept_previous: bool,
-    /// The route, settings and file stamp refused: the same again is not
-    /// tried again (a start function that loops to its deadline would
-    /// hold up every later reload of the folder).
-    tried: Option<(RoutePath, Box<ServletInfo>, Option<FileStamp>)>,
+    /// The route, settings and file stamp refused, and when: the same
+    /// again is not tried again for [`REFUSAL_KEPT`] (a start function that
+    /// loops to its deadline would hold up every reload of the folder).
+    tried: Option<Tried>,
 }
+
+/// What a refusal was for: route, settings, file stamp, and when.
+type Tried = (
+    RoutePath,
+    Box<ServletInfo>,
+    Option<FileStamp>,
+    std::time::Instant,
+);
+
+/// How long a refusal answers for the same file and settings: a failure
+/// that was the machine's (a trial start slowed past its deadline by a
+/// busy reload) is tried again at the next change after this.
+const REFUSAL_KEPT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A loaded servlet and the stamp of the file it came from.
 #[derive(Debug, Clone)]
@@ -255,9 +268,14 @@ impl Loader {
                 });
                 let refused_before = previous.and_then(|p| {
                     p.refused.iter().find(|r| {
-                        r.tried.as_ref().is_some_and(|(route, tried, tried_stamp)| {
-                            *route == path && **tried == *info && *tried_stamp == stamp
-                        })
+                        r.tried
+                            .as_ref()
+                            .is_some_and(|(route, tried, tried_stamp, at)| {
+                                *route == path
+                                    && **tried == *info
+                                    && *tried_stamp == stamp
+                                    && at.elapsed() < REFUSAL_KEPT
+                            })
                     })
                 });
                 let step = match (old, refused_before) {
@@ -280,7 +298,7 @@ impl Loader {
                     Step::Reuse(l) => (path, Ok(Ok(l))),
                     Step::Refused(refused, old) => (path, Ok(Err((refused, old)))),
                     Step::Compile(info, stamp, old) => {
-                        let tried = (path.clone(), info.clone(), stamp);
+                        let tried = (path.clone(), info.clone(), stamp, std::time::Instant::now());
                         let handle = scope.spawn(move || {
                             let started = std::time::Instant::now();
                             let file = info.file.clone();

@@ -235,7 +235,8 @@ impl Store {
             let limit = limit.clamp(1, self.limits.max_list_keys);
             match &self.backend {
                 Backend::Embedded(b) => b.list(prefix, cursor, limit),
-                Backend::Redis(b) => b.within(b.list(prefix, cursor, limit)).await,
+                // Many round trips on a large keyspace: each has `timeout`.
+                Backend::Redis(b) => b.list(prefix, cursor, limit).await,
             }
         }
         .await;

@@ -49,7 +49,41 @@ struct Connection {
     failed: Mutex<Option<(Instant, String)>>,
 }
 
+/// An attempt to connect in progress: if its caller stops waiting (its
+/// call's `timeout`), the attempt stops too and counts as failed.
+struct Attempt<'a> {
+    slot: &'a Connection,
+    task: tokio::task::AbortHandle,
+    timeout: Duration,
+    settled: bool,
+}
+
+impl Attempt<'_> {
+    fn gave_up(&self) -> StoreError {
+        self.task.abort();
+        StoreError::Unavailable(format!(
+            "could not connect within {} ms",
+            self.timeout.as_millis()
+        ))
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            let e = self.gave_up();
+            self.slot.failed_now(&e);
+        }
+    }
+}
+
 impl Connection {
+    fn failed_now(&self, e: &StoreError) {
+        if let Ok(mut failed) = self.failed.lock() {
+            *failed = Some((Instant::now(), e.to_string()));
+        }
+    }
+
     /// Why the last attempt failed, if it did within [`RETRY_CONNECT`].
     fn recently_failed(&self) -> Option<StoreError> {
         let failed = self.failed.lock().ok()?;
@@ -155,16 +189,7 @@ impl RedisStore {
         if let Some(e) = slot.recently_failed() {
             return Err(e);
         }
-        let made = self.connect().await;
-        match &made {
-            Ok(m) => slot.manager.store(Some(std::sync::Arc::new(m.clone()))),
-            Err(e) => {
-                if let Ok(mut failed) = slot.failed.lock() {
-                    *failed = Some((Instant::now(), e.to_string()));
-                }
-            }
-        }
-        made
+        self.connect(slot).await
     }
 
     /// Which connection calls on `key` take: always the same for a key;
@@ -177,8 +202,10 @@ impl RedisStore {
         turn % self.managers.len()
     }
 
-    /// One attempt to connect, on the Redis thread, within `timeout`.
-    async fn connect(&self) -> Result<ConnectionManager, StoreError> {
+    /// One attempt to connect `slot`, on the Redis thread, within
+    /// `timeout`; its outcome is kept in the slot, also when the caller
+    /// gives up first (the attempt is then stopped).
+    async fn connect(&self, slot: &Connection) -> Result<ConnectionManager, StoreError> {
         let runtime =
             redis_runtime().ok_or_else(|| StoreError::Other("no Redis thread".to_owned()))?;
         let client = self.client.clone();
@@ -189,19 +216,24 @@ impl RedisStore {
             .set_max_delay(Duration::from_millis(500));
         let task =
             runtime.spawn(async move { ConnectionManager::new_with_config(client, config).await });
-        let abort = task.abort_handle();
-        match tokio::time::timeout(self.timeout, task).await {
+        let mut attempt = Attempt {
+            slot,
+            task: task.abort_handle(),
+            timeout: self.timeout,
+            settled: false,
+        };
+        let made = match tokio::time::timeout(self.timeout, task).await {
             Ok(joined) => joined
-                .map_err(|e| StoreError::Other(e.to_string()))?
-                .map_err(classify),
-            Err(_) => {
-                abort.abort();
-                Err(StoreError::Unavailable(format!(
-                    "could not connect within {} ms",
-                    self.timeout.as_millis()
-                )))
-            }
+                .map_err(|e| StoreError::Other(e.to_string()))
+                .and_then(|made| made.map_err(classify)),
+            Err(_) => Err(attempt.gave_up()),
+        };
+        attempt.settled = true;
+        match &made {
+            Ok(m) => slot.manager.store(Some(std::sync::Arc::new(m.clone()))),
+            Err(e) => slot.failed_now(e),
         }
+        made
     }
 
     fn key(&self, key: &str) -> String {
@@ -248,7 +280,10 @@ impl RedisStore {
         cursor: Option<u64>,
         limit: u64,
     ) -> Result<KeyPage, StoreError> {
-        let mut con = self.connection(None).await?;
+        // Each SCAN is bounded by the connection's response timeout; the
+        // listing as a whole is not (a sparse prefix in a large keyspace
+        // takes many).
+        let mut con = self.within(self.connection(None)).await?;
         let limit = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
         let mut keys: Vec<String> = Vec::new();
         let mut scan = match ListCursor::decode(cursor) {

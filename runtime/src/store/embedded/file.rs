@@ -102,12 +102,17 @@ impl Shared {
                 return Err(StoreError::Unavailable(why));
             }
         };
+        // Another file in its place: the one open stays (reads go on), and
+        // writes are refused as for a removed file; switching to the new
+        // file unchecked could leave the store with neither.
         let opened = self.file.lock().ok().and_then(|f| *f);
-        if opened != Some(now) {
-            self.in_trouble(format!(
-                "{}: another file took its place",
+        if opened.is_some() && opened != Some(now) {
+            let why = format!(
+                "{}: another file took its place while open; writes are refused (they would go to the old file) until it is back, or swan restarts on the new one",
                 self.path.display()
-            ));
+            );
+            self.in_trouble(why.clone());
+            return Err(StoreError::Unavailable(why));
         }
         Ok(())
     }
