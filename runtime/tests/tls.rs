@@ -377,3 +377,52 @@ async fn https_http1_holds_the_head_limit_and_clients_without_alpn_are_served() 
     assert_eq!(reply.get(3), Some(&4), "a SETTINGS frame: {reply:?}");
     stop(s.child);
 }
+
+/// A TLS client that stops reading a large download is dropped after
+/// `send_timeout`, as on plain TCP: progress is what the socket takes, not
+/// what rustls buffers (counted there, it took twice `send_timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_that_stops_reading_is_dropped_after_send_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = site();
+    let certs = make_certs(9);
+    write_certs(dir.path(), &certs);
+    std::fs::write(dir.path().join("www/big.bin"), vec![b'b'; 48 << 20]).expect("big");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\nsend_timeout = \"2s\"\n\
+         [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n\
+         [[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let s = start(dir.path(), &[], false);
+    let mut tls = connect(&s.urls[0], &[&certs.ca_der], &[b"http/1.1"]).await;
+    tls.write_all(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .expect("request");
+    let mut first = [0u8; 100];
+    tls.read_exact(&mut first).await.expect("first bytes");
+    assert!(first.starts_with(b"HTTP/1.1 200"));
+    // Stop reading until the server gives up: then what is left in the
+    // socket's buffers drains, and the stream ends.
+    let stopped = Instant::now();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let mut sink = vec![0u8; 1 << 20];
+    let mut drained = 0usize;
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match tls.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the connection was never dropped");
+    assert!(
+        drained < 40 << 20,
+        "{drained} bytes after a stop of {:?}: the download went on",
+        stopped.elapsed()
+    );
+    stop(s.child);
+}

@@ -18,7 +18,7 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::sendfile::Handed;
 use super::sent_body::{FileGate, SentBody};
-use super::stream::WatchedIo;
+use super::stream::{SocketStamp, WatchedIo};
 use super::watchdog::{ConnState, Handling, Limits, Sending, Verdict, watch};
 use crate::app::App;
 use crate::body::Body;
@@ -180,6 +180,13 @@ fn headers_too_large(app: &App, peer: Peer, sending: Sending) -> hyper::Response
     res
 }
 
+/// A TLS connection and its state, whose socket writes are stamped there
+/// (`SocketStamp`).
+pub(crate) struct Tls<S> {
+    pub(crate) stream: tokio_rustls::server::TlsStream<SocketStamp<S>>,
+    pub(crate) state: Arc<ConnState>,
+}
+
 /// Serves one accepted TLS connection until it closes, times out, or the
 /// server shuts down (then gracefully). A client that negotiated
 /// `http/1.1` by ALPN gets hyper's HTTP/1 connection alone, with its exact
@@ -187,7 +194,7 @@ fn headers_too_large(app: &App, peer: Peer, sending: Sending) -> hyper::Response
 /// knowledge), gets the connection that tells the protocols apart by their
 /// first bytes. Plain TCP goes through `parking`.
 pub(crate) async fn serve<S>(
-    stream: tokio_rustls::server::TlsStream<S>,
+    conn: Tls<S>,
     peer: Peer,
     app: Arc<App>,
     builders: Arc<Builders>,
@@ -197,12 +204,12 @@ pub(crate) async fn serve<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let Tls { stream, state } = conn;
     let protocol = match stream.get_ref().1.alpn_protocol() {
         Some(b"http/1.1") => Protocol::Http1(&builders.http1),
         _ => Protocol::Detect(&builders.auto),
     };
-    let state = Arc::new(ConnState::new());
-    let io = WatchedIo::new(stream, state.clone());
+    let io = WatchedIo::new(stream, state.clone()).writes_stamped_below();
     let observe = app.observe.clone();
     let service = service(app, state.clone(), peer);
     let ended = drive(

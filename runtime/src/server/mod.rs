@@ -334,19 +334,24 @@ async fn handshake(
     }
     match kind.tls {
         None => parking::serve(stream, peer, app, builder, shutdown, limits, slot).await,
-        Some(acceptor) => match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
-            Ok(Ok(tls)) => {
-                conn::serve(tls, peer, app, builder, shutdown, limits, slot).await;
+        Some(acceptor) => {
+            let state = Arc::new(watchdog::ConnState::new());
+            let socket = stream::SocketStamp::new(stream, state.clone());
+            match tokio::time::timeout_at(deadline, acceptor.accept(socket)).await {
+                Ok(Ok(tls)) => {
+                    let conn = conn::Tls { stream: tls, state };
+                    conn::serve(conn, peer, app, builder, shutdown, limits, slot).await;
+                }
+                Ok(Err(e)) => {
+                    app.observe.tls_failed.add(1);
+                    tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                }
+                Err(_) => {
+                    app.observe.tls_failed.add(1);
+                    tracing::debug!(%remote, "TLS handshake timed out");
+                }
             }
-            Ok(Err(e)) => {
-                app.observe.tls_failed.add(1);
-                tracing::debug!(%remote, error = %e, "TLS handshake failed");
-            }
-            Err(_) => {
-                app.observe.tls_failed.add(1);
-                tracing::debug!(%remote, "TLS handshake timed out");
-            }
-        },
+        }
     }
 }
 

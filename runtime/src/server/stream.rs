@@ -45,6 +45,70 @@ pub(crate) struct WatchedIo<S = TcpStream> {
     /// A release that had to wait: the reader to wake once the response
     /// is flushed.
     retry: Option<std::task::Waker>,
+    /// Whether writes here are progress: not over TLS, where they only
+    /// fill rustls's buffer ([`SocketStamp`] stamps the socket's instead).
+    stamps_writes: bool,
+}
+
+/// The socket under TLS: a write the kernel took is what `send_timeout`
+/// counts as progress (rustls takes plaintext into its buffer whether or
+/// not the client reads; counted there, a client that stopped reading was
+/// dropped after twice `send_timeout`).
+pub(crate) struct SocketStamp<S> {
+    inner: S,
+    state: Arc<ConnState>,
+}
+
+impl<S> SocketStamp<S> {
+    pub(crate) fn new(inner: S, state: Arc<ConnState>) -> SocketStamp<S> {
+        SocketStamp { inner, state }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for SocketStamp<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for SocketStamp<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write(cx, data);
+        this.state.touch_write(&result);
+        result
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.state.touch_write(&result);
+        result
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
 }
 
 impl<S> WatchedIo<S> {
@@ -59,7 +123,15 @@ impl<S> WatchedIo<S> {
             sender: None,
             released: false,
             retry: None,
+            stamps_writes: true,
         }
+    }
+
+    /// Over TLS: write progress is stamped by the socket under it
+    /// ([`SocketStamp`]), not here.
+    pub(crate) fn writes_stamped_below(mut self) -> WatchedIo<S> {
+        self.stamps_writes = false;
+        self
     }
 
     /// Lets this connection be released between requests (HTTP/1 on plain
@@ -211,7 +283,9 @@ impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
             if matches!(result, Poll::Ready(Err(_))) {
                 this.sender = None;
             }
-            this.state.touch_write(&result);
+            if this.stamps_writes {
+                this.state.touch_write(&result);
+            }
             return result;
         }
         let result = match this.precise_status(data) {
@@ -221,7 +295,9 @@ impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
             }
             None => Pin::new(&mut this.inner).poll_write(cx, data),
         };
-        this.state.touch_write(&result);
+        if this.stamps_writes {
+            this.state.touch_write(&result);
+        }
         result
     }
 
@@ -241,7 +317,9 @@ impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
         }
         this.state.sendfile.set_unflushed(true);
         let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.state.touch_write(&result);
+        if this.stamps_writes {
+            this.state.touch_write(&result);
+        }
         result
     }
 
