@@ -517,8 +517,25 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
         }
     };
     if config.server != app.server {
+        // Name the tables that changed: the TLS certificate's paths, HSTS
+        // and the trusted proxies are [server] too, and easy to expect live.
+        let (new, old) = (&config.server, &app.server);
+        let mut changed = Vec::new();
+        if new.tls != old.tls {
+            changed.push("[server.tls] (certificate paths, HSTS, redirect)");
+        }
+        if new.proxy != old.proxy {
+            changed.push("[server.proxy] (trusted proxies)");
+        }
+        let mut rest = new.clone();
+        rest.tls.clone_from(&old.tls);
+        rest.proxy.clone_from(&old.proxy);
+        if rest != *old {
+            changed.push("[server] (listeners, workers, limits)");
+        }
         tracing::warn!(
-            "[server] settings changed (listeners, workers, limits): they take effect after a restart"
+            "{} changed: they take effect after a restart; the running values stay in force (a certificate's files, not its paths, reload by themselves)",
+            changed.join(", ")
         );
     }
     if config.log != app.log || config.admin != app.admin {

@@ -1005,3 +1005,38 @@ fn an_http2_request_reset_before_its_answer_is_logged_as_499_and_bytes_are_those
     drop(stream);
     stop(s.child);
 }
+
+/// Connections held open on the admin listener (idle, or a flood) never
+/// keep a probe waiting: past its cap of 1,024 the oldest is closed and
+/// the new one served. Before, a probe waited for a slot (up to 3 s, over
+/// a Kubernetes probe's 1 s timeout).
+#[test]
+fn idle_connections_cannot_keep_a_probe_waiting_on_the_admin_listener() {
+    let dir = site();
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let s = start(dir.path(), &[], true);
+    let admin = s.admin.clone().expect("admin");
+    let addr: std::net::SocketAddr = admin.parse().expect("address");
+    let idle: Vec<TcpStream> = (0..1100)
+        .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok())
+        .collect();
+    assert!(idle.len() > 1024, "only {} connections", idle.len());
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..3 {
+        let started = Instant::now();
+        let reply = get(&admin, "/livez");
+        assert_eq!(status_of(&reply), 200, "{reply}");
+        assert!(
+            started.elapsed() < Duration::from_millis(900),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    drop(idle);
+    stop(s.child);
+}

@@ -323,3 +323,41 @@ async fn native_servlets_send_outbound_requests_under_the_same_rules() -> Result
     assert_eq!(native("not a url", &rule).await?, "-6 ");
     Ok(())
 }
+
+/// `outbound_timeout` holds the whole exchange, the wait for the head
+/// included (it held only the body: a slow head took the first-byte
+/// timeout); and a rule naming an address literally allows it wherever
+/// it stands among the rules that match.
+#[tokio::test]
+async fn the_total_timeout_holds_the_head_and_a_literal_rule_counts_anywhere() -> Result<()> {
+    let up = upstream().await?;
+    let (_site, server) = start(&format!(
+        "allowed_outbound_hosts = [\"http://{up}\"]\noutbound_timeout = \"500ms\""
+    ))
+    .await?;
+    let started = std::time::Instant::now();
+    let answer = fetch(&server, &format!("http://{up}/slow")).await?;
+    assert!(answer.starts_with("error:"), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(server);
+    // A wildcard first (which alone refuses loopback), the literal second.
+    let (_site, server) = start(&format!(
+        "allowed_outbound_hosts = [\"http://*:*\", \"http://{up}\"]"
+    ))
+    .await?;
+    assert_eq!(
+        fetch(&server, &format!("http://{up}/")).await?,
+        "200 upstream says hi"
+    );
+    let other = format!("http://127.0.0.1:{}/", up.port() + 1);
+    assert!(
+        fetch(&server, &other)
+            .await?
+            .contains("DestinationIpProhibited")
+    );
+    Ok(())
+}

@@ -856,6 +856,29 @@ async fn batch_operations(server: &TestServer) -> Result<()> {
         op(&format!("op=many&keys={}", keys.join(","))).await?,
         "err:Limit"
     );
+    // Past a limit nothing of a batch is written or deleted: too many
+    // keys, or one value too large.
+    let over: Vec<String> = (0..25).map(|i| format!("over:{i}")).collect();
+    let sets = format!("op=setmany&keys={}&value=x", over.join(","));
+    assert_eq!(op(&sets).await?, "err:Limit");
+    assert_eq!(
+        op("op=many&keys=over:0,over:1,over:19").await?,
+        "over:0=absent,over:1=absent,over:19=absent"
+    );
+    let dels = format!("op=delmany&keys=b:3,{}", over.join(","));
+    assert_eq!(op(&dels).await?, "err:Limit");
+    assert_eq!(op("op=many&keys=b:3").await?, "b:3=x");
+    let long = "v".repeat(200);
+    assert_eq!(
+        op(&format!("op=setmany&keys=fit:1,fit:2&value={long}")).await?,
+        "err:Limit"
+    );
+    assert_eq!(op("op=many&keys=fit:1").await?, "fit:1=absent");
+    // wasi:keyvalue counts are unsigned: a negative number stored is
+    // refused, and left as it was.
+    assert_eq!(op("op=set&key=neg&value=-5").await?, "ok");
+    assert_eq!(op("op=incr&key=neg&delta=1").await?, "err:NotANumber");
+    assert_eq!(op("op=get&key=neg").await?, "value:-5");
     // list-keys pages through every key of the store, 4 at a time.
     let (mut all, mut cursor) = (Vec::new(), String::new());
     for _ in 0..100 {

@@ -25,14 +25,14 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::sync::Semaphore;
 
 use crate::app::App;
 use crate::observe::Readiness;
 
-/// Connections the admin listener serves at once. Probes and scrapes
-/// need few; the cap is high so that idle connections cannot crowd out a
-/// liveness probe (each one is a small task).
+/// Connections the admin listener keeps at once. Probes and scrapes need
+/// few. Past it a new connection is still accepted, and the oldest is
+/// closed: connections held open (idle, or a flood) can never keep a
+/// liveness or readiness probe waiting.
 const MAX_CONNECTIONS: usize = 1024;
 /// How long a connection may take to send a request's head, and stay
 /// idle between requests: probes and scrapers send theirs at once.
@@ -118,11 +118,9 @@ async fn serve(app: Arc<App>, listener: TcpListener) {
         tracing::error!("cannot register the admin listener");
         return;
     };
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut open: std::collections::VecDeque<tokio::task::AbortHandle> =
+        std::collections::VecDeque::new();
     loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
         let (stream, _) = match listener.accept().await {
             Ok(a) => a,
             Err(e) => {
@@ -131,8 +129,14 @@ async fn serve(app: Arc<App>, listener: TcpListener) {
                 continue;
             }
         };
+        open.retain(|task| !task.is_finished());
+        if open.len() >= MAX_CONNECTIONS
+            && let Some(oldest) = open.pop_front()
+        {
+            oldest.abort();
+        }
         let app = app.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let app = app.clone();
                 async move { Ok::<_, Infallible>(answer(&app, req).await) }
@@ -142,8 +146,8 @@ async fn serve(app: Arc<App>, listener: TcpListener) {
                 .header_read_timeout(HEAD_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);
             let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
-            drop(permit);
         });
+        open.push_back(task.abort_handle());
     }
 }
 

@@ -195,8 +195,19 @@ fn quoted(out: &mut Vec<u8>, v: Option<&[u8]>) {
 }
 
 fn escape(out: &mut Vec<u8>, bytes: &[u8]) {
+    escape_but(out, bytes, |b| (0x20..0x7f).contains(&b));
+}
+
+/// A field outside quotes (site, route): a space would split it in two for
+/// anything that reads the line by spaces, so it is escaped too.
+fn escape_field(out: &mut Vec<u8>, bytes: &[u8]) {
+    escape_but(out, bytes, |b| (0x21..0x7f).contains(&b));
+}
+
+/// `bytes` with `"`, `\` and every byte `plain` refuses written `\xHH`.
+fn escape_but(out: &mut Vec<u8>, bytes: &[u8], plain: impl Fn(u8) -> bool) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let plain = |b: &u8| *b != b'"' && *b != b'\\' && (0x20..0x7f).contains(b);
+    let plain = |b: &u8| *b != b'"' && *b != b'\\' && plain(*b);
     let mut rest = bytes;
     while !rest.is_empty() {
         let run = rest.iter().position(|b| !plain(b)).unwrap_or(rest.len());
@@ -246,9 +257,12 @@ pub(crate) fn combined(out: &mut Vec<u8>, time: &str, e: &Entry) {
     out.extend_from_slice(b"\" ");
     seconds(out, e.duration);
     out.push(b' ');
-    escape(out, e.site.as_bytes());
+    escape_field(out, e.site.as_bytes());
     out.push(b' ');
-    quoted(out, e.route.as_deref().map(str::as_bytes));
+    match e.route.as_deref() {
+        Some(route) => escape_field(out, route.as_bytes()),
+        None => out.push(b'-'),
+    }
     out.push(b' ');
     out.extend_from_slice(&e.id.hex());
 }
@@ -335,7 +349,8 @@ pub(crate) mod tests {
                 e.id
             )
         );
-        // Every part present, IPv6, whole seconds, a route with a space.
+        // Every part present, IPv6, whole seconds, a route with a space
+        // (escaped: the fields outside quotes are split by spaces).
         let e = Entry {
             client: SocketAddr::from(([0x2001, 0xdb8, 0, 0, 0, 0, 0, 1], 443)),
             method: Some(Method::POST),
@@ -352,7 +367,7 @@ pub(crate) mod tests {
         assert_eq!(
             text(line),
             format!(
-                "2001:db8::1 - - [T] \"POST / HTTP/2.0\" 503 0 \"http://r.example/\" \"ua\" 12.000003 main /my app {}",
+                "2001:db8::1 - - [T] \"POST / HTTP/2.0\" 503 0 \"http://r.example/\" \"ua\" 12.000003 main /my\\x20app {}",
                 e.id
             )
         );

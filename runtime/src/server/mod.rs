@@ -324,7 +324,10 @@ async fn handshake(
     if kind.proxy_protocol {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         match proxy_protocol::read_header(&mut stream, remote, &app.server.proxy, left).await {
-            Ok(client) => peer.client = client,
+            Ok(client) => {
+                peer.client = client.addr;
+                peer.tls |= client.tls;
+            }
             Err(e) => {
                 app.observe.proxy_refused.add(1);
                 tracing::debug!(%remote, error = %e, "connection refused");

@@ -39,15 +39,28 @@ pub(crate) enum ProxyError {
     Io(#[from] io::Error),
 }
 
-/// Reads the PROXY header that starts `stream`, from `peer`; the client
-/// address it names, or `peer` itself for a LOCAL (health check) or
-/// UNKNOWN header.
+/// Who a PROXY header says the client is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Client {
+    /// Its address (the proxy's own for a LOCAL or UNKNOWN header).
+    pub(crate) addr: SocketAddr,
+    /// It reached the proxy over TLS (v2's `PP2_TYPE_SSL` with
+    /// `PP2_CLIENT_SSL`): it used HTTPS, though this hop is plain TCP.
+    pub(crate) tls: bool,
+}
+
+/// `PP2_TYPE_SSL`, and its `PP2_CLIENT_SSL` flag.
+const PP2_TYPE_SSL: u8 = 0x20;
+const PP2_CLIENT_SSL: u8 = 0x01;
+
+/// Reads the PROXY header that starts `stream`, from `peer`: the client it
+/// names, or `peer` itself for a LOCAL (health check) or UNKNOWN header.
 pub(crate) async fn read_header(
     stream: &mut TcpStream,
     peer: SocketAddr,
     proxy: &ProxyConfig,
     timeout: Duration,
-) -> Result<SocketAddr, ProxyError> {
+) -> Result<Client, ProxyError> {
     if !proxy.trusts(peer.ip()) {
         return Err(ProxyError::Untrusted(peer.ip()));
     }
@@ -107,20 +120,31 @@ async fn read_bytes(stream: &mut TcpStream) -> Result<Vec<u8>, ProxyError> {
     Ok(header)
 }
 
-/// The client address `header` names.
-fn client_of(header: &[u8], peer: SocketAddr) -> Result<SocketAddr, ProxyError> {
+/// The client `header` names.
+fn client_of(header: &[u8], peer: SocketAddr) -> Result<Client, ProxyError> {
     match HeaderResult::parse(header) {
-        HeaderResult::V1(Ok(h)) => Ok(match h.addresses {
-            v1::Addresses::Tcp4(a) => SocketAddr::from((a.source_address, a.source_port)),
-            v1::Addresses::Tcp6(a) => SocketAddr::from((a.source_address, a.source_port)),
-            v1::Addresses::Unknown => peer,
+        HeaderResult::V1(Ok(h)) => Ok(Client {
+            addr: match h.addresses {
+                v1::Addresses::Tcp4(a) => SocketAddr::from((a.source_address, a.source_port)),
+                v1::Addresses::Tcp6(a) => SocketAddr::from((a.source_address, a.source_port)),
+                v1::Addresses::Unknown => peer,
+            },
+            tls: false,
         }),
-        HeaderResult::V2(Ok(h)) => Ok(match (h.command, h.addresses) {
-            (v2::Command::Local, _) => peer,
-            (_, v2::Addresses::IPv4(a)) => SocketAddr::from((a.source_address, a.source_port)),
-            (_, v2::Addresses::IPv6(a)) => SocketAddr::from((a.source_address, a.source_port)),
-            (_, _) => peer,
-        }),
+        HeaderResult::V2(Ok(h)) => {
+            let tls = h.command != v2::Command::Local
+                && h.tlvs().flatten().any(|tlv| {
+                    tlv.kind == PP2_TYPE_SSL
+                        && tlv.value.first().is_some_and(|c| c & PP2_CLIENT_SSL != 0)
+                });
+            let addr = match (h.command, h.addresses) {
+                (v2::Command::Local, _) => peer,
+                (_, v2::Addresses::IPv4(a)) => SocketAddr::from((a.source_address, a.source_port)),
+                (_, v2::Addresses::IPv6(a)) => SocketAddr::from((a.source_address, a.source_port)),
+                (_, _) => peer,
+            };
+            Ok(Client { addr, tls })
+        }
         HeaderResult::V1(Err(e)) => Err(ProxyError::Malformed(format!("{e:?}"))),
         HeaderResult::V2(Err(e)) => Err(ProxyError::Malformed(format!("{e:?}"))),
     }
@@ -138,30 +162,45 @@ mod tests {
     fn v1_and_v2_headers_name_the_client() {
         let v1 = b"PROXY TCP4 203.0.113.7 10.0.0.2 51000 8080\r\n";
         assert_eq!(
-            client_of(v1, peer()).ok(),
+            client_of(v1, peer()).ok().map(|c| c.addr),
             Some(SocketAddr::from(([203, 0, 113, 7], 51000)))
         );
         let v1_6 = b"PROXY TCP6 2001:db8::7 2001:db8::1 51000 443\r\n";
         assert_eq!(
             client_of(v1_6, peer())
-                .map(|a| a.to_string())
+                .map(|c| c.addr.to_string())
                 .ok()
                 .as_deref(),
             Some("[2001:db8::7]:51000")
         );
-        assert_eq!(client_of(b"PROXY UNKNOWN\r\n", peer()).ok(), Some(peer()));
+        assert_eq!(
+            client_of(b"PROXY UNKNOWN\r\n", peer()).ok().map(|c| c.addr),
+            Some(peer())
+        );
         let mut v2 = V2_SIGNATURE.to_vec();
         v2.extend_from_slice(&[
             0x21, 0x11, 0, 12, 198, 51, 100, 9, 10, 0, 0, 2, 0xC3, 0x50, 0x1F, 0x90,
         ]);
         assert_eq!(
             client_of(&v2, peer()).ok(),
-            Some(SocketAddr::from(([198, 51, 100, 9], 50000)))
+            Some(Client {
+                addr: SocketAddr::from(([198, 51, 100, 9], 50000)),
+                tls: false
+            })
         );
+        // The same with PP2_TYPE_SSL: the client came over TLS (flags
+        // PP2_CLIENT_SSL, verify 0, no sub-TLVs); without the flag, not.
+        for (client_flags, tls) in [(0x01, true), (0x00, false)] {
+            let mut ssl = V2_SIGNATURE.to_vec();
+            ssl.extend_from_slice(&[0x21, 0x11, 0, 20, 198, 51, 100, 9, 10, 0, 0, 2]);
+            ssl.extend_from_slice(&[0xC3, 0x50, 0x1F, 0x90]);
+            ssl.extend_from_slice(&[0x20, 0, 5, client_flags, 0, 0, 0, 0]);
+            assert_eq!(client_of(&ssl, peer()).ok().map(|c| c.tls), Some(tls));
+        }
         // LOCAL: a health check from the proxy itself.
         let mut local = V2_SIGNATURE.to_vec();
         local.extend_from_slice(&[0x20, 0x00, 0, 0]);
-        assert_eq!(client_of(&local, peer()).ok(), Some(peer()));
+        assert_eq!(client_of(&local, peer()).ok().map(|c| c.addr), Some(peer()));
         assert!(client_of(b"PROXY TCP4 nonsense\r\n", peer()).is_err());
     }
 }

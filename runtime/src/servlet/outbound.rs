@@ -80,15 +80,20 @@ impl Outbound {
         let host = canonical_host(host);
         let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
         let scheme = if tls { "https" } else { "http" };
-        let rule = self
+        let mut matching = self
             .rules
             .iter()
-            .find(|r| r.matches(scheme, &host, port))
-            .ok_or(Error::HttpRequestDenied)?;
+            .filter(|r| r.matches(scheme, &host, port))
+            .peekable();
+        if matching.peek().is_none() {
+            return Err(Error::HttpRequestDenied);
+        }
+        // Any matching rule that names the address allows it, wherever it
+        // stands in the list.
         let literal = host
             .parse::<IpAddr>()
             .ok()
-            .filter(|ip| rule.host == ip.to_string());
+            .filter(|ip| matching.any(|rule| rule.host == ip.to_string()));
         Ok(Destination {
             tls,
             host,
@@ -187,16 +192,31 @@ impl Outbound {
             options.and_then(|o| o.first_byte_timeout),
             self.first_byte_timeout,
         );
-        let stream = self.connect(&dest, connect).await?;
-        let (mut sender, conn) = tokio::time::timeout(
-            connect,
+        // The total timeout holds the whole exchange, the head included;
+        // the connect timeout holds resolving, connecting and the TLS and
+        // HTTP handshakes together.
+        let deadline = started + self.total_timeout;
+        let connect_by = (Instant::now() + connect).min(deadline);
+        let stream = tokio::time::timeout_at(connect_by, self.connect(&dest, connect))
+            .await
+            .map_err(|_| Error::ConnectionTimeout)??;
+        let (mut sender, conn) = tokio::time::timeout_at(
+            connect_by,
             hyper::client::conn::http1::Builder::new()
                 .handshake(hyper_util::rt::TokioIo::new(stream)),
         )
         .await
         .map_err(|_| Error::ConnectionTimeout)??;
+        let first_byte = first_byte.min(deadline.saturating_duration_since(Instant::now()));
         // On the wire the target is origin-form; the Host header carries
-        // the authority (wasi:http sets it; the native ABI call does too).
+        // the authority (wasi:http sets it; the native ABI call does too),
+        // never a user-info part (`user@host`), which names no host.
+        if let Some(authority) = req.uri().authority()
+            && let Some((_, host)) = authority.as_str().rsplit_once('@')
+            && let Ok(host) = http::HeaderValue::from_str(host)
+        {
+            req.headers_mut().insert(http::header::HOST, host);
+        }
         let path = req
             .uri()
             .path_and_query()
@@ -224,7 +244,6 @@ impl Outbound {
             Poll::Pending
         })
         .await?;
-        let deadline = started + self.total_timeout;
         // The guest's own wait between body bytes, when it set one (under
         // the total timeout, which always holds).
         let between = options

@@ -155,6 +155,13 @@ impl Store {
         result
     }
 
+    /// Whether `key` (and `value`) fit the store's limits: a batch checks
+    /// every entry before it writes any.
+    pub fn check_sizes(&self, key: &str, value: Option<&[u8]>) -> Result<(), StoreError> {
+        self.check_key(key)?;
+        value.map_or(Ok(()), |v| self.check_value(v))
+    }
+
     fn check_key(&self, key: &str) -> Result<(), StoreError> {
         if key.len() as u64 > self.limits.max_key_bytes {
             return Err(StoreError::Limit("key too large"));
@@ -391,6 +398,19 @@ impl StoreAccess {
                 "too many store operations in this request",
             ));
         }
+        Ok(())
+    }
+
+    /// Counts `n` operations at once (a batch): all of them fit the
+    /// per-request limit, or none is counted.
+    pub fn count_many(&mut self, store: &Store, n: usize) -> Result<(), StoreError> {
+        let n = u64::try_from(n).unwrap_or(u64::MAX);
+        if self.ops.saturating_add(n) > store.limits.max_ops_per_request {
+            return Err(StoreError::Limit(
+                "too many store operations in this request",
+            ));
+        }
+        self.ops += n;
         Ok(())
     }
 

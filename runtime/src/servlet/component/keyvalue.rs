@@ -156,6 +156,14 @@ impl atomics::Host for KeyValue<'_> {
     ) -> Result<u64, StoreError> {
         let store = self.bucket(&bucket)?;
         let delta = i64::try_from(delta).map_err(|_| StoreError::NotANumber)?;
+        // wasi:keyvalue's counters are unsigned: a negative number stored
+        // (by a native servlet, or set as text) is refused before anything
+        // is written, not incremented and then reported as a failure.
+        let current = store.get(&key).await;
+        let current = self.access.note(current)?;
+        if crate::store::parse_number(current.as_deref()).is_ok_and(|n| n < 0) {
+            return Err(StoreError::NotANumber);
+        }
         let r = store
             .increment(&key, delta)
             .await
@@ -171,9 +179,13 @@ impl batch::Host for KeyValue<'_> {
         keys: Vec<String>,
     ) -> Result<Vec<Option<(String, Vec<u8>)>>, StoreError> {
         let store = self.bucket(&bucket)?;
+        // The whole batch is counted and checked before any of it runs.
+        self.access.count_many(&store, keys.len())?;
+        for key in &keys {
+            store.check_sizes(key, None)?;
+        }
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
-            self.access.count(&store)?;
             let r = store.get(&key).await;
             let value = self.access.note(r)?;
             out.push(value.map(|v| (key, v.to_vec())));
@@ -187,8 +199,13 @@ impl batch::Host for KeyValue<'_> {
         key_values: Vec<(String, Vec<u8>)>,
     ) -> Result<(), StoreError> {
         let store = self.bucket(&bucket)?;
+        // Past a limit nothing is written: the whole batch is counted and
+        // checked before any of it.
+        self.access.count_many(&store, key_values.len())?;
+        for (key, value) in &key_values {
+            store.check_sizes(key, Some(value))?;
+        }
         for (key, value) in key_values {
-            self.access.count(&store)?;
             let r = store.set(&key, value.into(), None).await;
             self.access.note(r)?;
         }
@@ -201,8 +218,11 @@ impl batch::Host for KeyValue<'_> {
         keys: Vec<String>,
     ) -> Result<(), StoreError> {
         let store = self.bucket(&bucket)?;
+        self.access.count_many(&store, keys.len())?;
+        for key in &keys {
+            store.check_sizes(key, None)?;
+        }
         for key in keys {
-            self.access.count(&store)?;
             let r = store.delete(&key).await.map(|_| ());
             self.access.note(r)?;
         }
