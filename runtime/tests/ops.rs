@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{get, raw, site, start, status_of, stop, stop_with_code, term};
+use support::{get, h2_frame, raw, site, start, status_of, stop, stop_with_code, term};
 
 /// `/who`: answers the remote address the servlet sees (ABI part 6).
 const WHO: &str = r#"(module
@@ -913,16 +913,6 @@ const SPIN: &str = r#"(module
   (memory (export "memory") 1)
   (func (export "swan_abi_version") (result i32) i32.const 1)
   (func (export "swan_handle") (result i32) (loop $l (br $l)) i32.const 0))"#;
-
-/// An HTTP/2 frame: length, type, flags, stream.
-fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len() as u32;
-    let mut out = len.to_be_bytes()[1..].to_vec();
-    out.extend([kind, flags]);
-    out.extend(stream.to_be_bytes());
-    out.extend(payload);
-    out
-}
 
 /// A request whose client resets it before the answer (HTTP/2
 /// RST_STREAM, here while its servlet runs) is still logged, with NGINX's

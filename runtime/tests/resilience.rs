@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{get, serve_in, site, spawn_serving, stop};
+use support::{get, h2_frame, serve_in, site, spawn_serving, stop};
 
 /// Waits for `child` to exit, at most `wait`.
 fn exit_code(child: &mut Child, wait: Duration) -> Option<i32> {
@@ -172,16 +172,6 @@ fn rss_kib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
-}
-
-/// An HTTP/2 frame: length, type, flags, stream.
-fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len() as u32;
-    let mut out = len.to_be_bytes()[1..].to_vec();
-    out.extend([kind, flags]);
-    out.extend(stream.to_be_bytes());
-    out.extend(payload);
-    out
 }
 
 /// HTTP/2 clients that open every stream they may for large files, grant

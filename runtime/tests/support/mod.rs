@@ -258,3 +258,13 @@ pub(crate) fn exchange<S: Read + Write>(
         close,
     })
 }
+
+/// An HTTP/2 frame: length, type, flags, stream.
+pub(crate) fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut out = len.to_be_bytes()[1..].to_vec();
+    out.extend([kind, flags]);
+    out.extend(stream.to_be_bytes());
+    out.extend(payload);
+    out
+}

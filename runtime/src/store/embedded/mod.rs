@@ -180,22 +180,33 @@ impl Embedded {
         self.shared.health()
     }
 
-    pub(super) fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+    /// Runs `read` on the key table, in a read transaction of its own;
+    /// `empty` if the table was never made.
+    fn read<T>(
+        &self,
+        empty: T,
+        read: impl FnOnce(&redb::ReadOnlyTable<&str, &[u8]>) -> Result<T, redb::Error>,
+    ) -> Result<T, StoreError> {
         let shared = &self.shared;
         let db = shared.for_read()?;
         let Some(db) = db.as_ref() else {
             return Err(shared.unavailable());
         };
         let txn = db.begin_read().map_err(|e| shared.failed(e))?;
-        let table = match txn.open_table(KV) {
-            Ok(t) => t,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(shared.failed(e)),
-        };
-        let Some(stored) = table.get(key).map_err(|e| shared.failed(e))? else {
-            return Ok(None);
-        };
-        Ok(decode(stored.value(), now_ms()).map(|(_, v)| Bytes::copy_from_slice(v)))
+        match txn.open_table(KV) {
+            Ok(table) => read(&table).map_err(|e| shared.failed(e)),
+            Err(TableError::TableDoesNotExist(_)) => Ok(empty),
+            Err(e) => Err(shared.failed(e)),
+        }
+    }
+
+    pub(super) fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        self.read(None, |table| {
+            let Some(stored) = table.get(key)? else {
+                return Ok(None);
+            };
+            Ok(decode(stored.value(), now_ms()).map(|(_, v)| Bytes::copy_from_slice(v)))
+        })
     }
 
     pub(super) fn list(
@@ -217,42 +228,29 @@ impl Embedded {
                     .ok_or_else(|| other("unknown or expired cursor: list again from the start"))?,
             ),
         };
-        let shared = &self.shared;
-        let db = shared.for_read()?;
-        let Some(db) = db.as_ref() else {
-            return Err(shared.unavailable());
-        };
-        let txn = db.begin_read().map_err(|e| shared.failed(e))?;
-        let table = match txn.open_table(KV) {
-            Ok(t) => t,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(KeyPage::default()),
-            Err(e) => return Err(shared.failed(e)),
-        };
         let now = now_ms();
         let start = match after.as_deref() {
             Some(last) if last >= prefix => Bound::Excluded(last),
             _ => Bound::Included(prefix),
         };
-        let mut keys = Vec::new();
-        let mut more = false;
-        for entry in table
-            .range::<&str>((start, Bound::Unbounded))
-            .map_err(|e| shared.failed(e))?
-        {
-            let (k, v) = entry.map_err(|e| shared.failed(e))?;
-            let key = k.value();
-            if !key.starts_with(prefix) {
-                break;
+        let (keys, more) = self.read((Vec::new(), false), |table| {
+            let mut keys = Vec::new();
+            for entry in table.range::<&str>((start, Bound::Unbounded))? {
+                let (k, v) = entry?;
+                let key = k.value();
+                if !key.starts_with(prefix) {
+                    break;
+                }
+                if decode(v.value(), now).is_none() {
+                    continue;
+                }
+                if keys.len() as u64 >= limit {
+                    return Ok((keys, true));
+                }
+                keys.push(key.to_owned());
             }
-            if decode(v.value(), now).is_none() {
-                continue;
-            }
-            if keys.len() as u64 >= limit {
-                more = true;
-                break;
-            }
-            keys.push(key.to_owned());
-        }
+            Ok((keys, false))
+        })?;
         let next = match (more, keys.last()) {
             (true, Some(last)) => Some(
                 self.cursors
