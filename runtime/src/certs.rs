@@ -71,7 +71,16 @@ fn pem_reason(e: &rustls::pki_types::pem::Error) -> String {
     match e {
         Error::Io(io) => io.to_string(),
         Error::NoItemsFound => "no PEM block of the expected kind in the file".to_owned(),
-        other => format!("not valid PEM: {other:?}"),
+        // The marker as text, not as the bytes `Debug` shows.
+        Error::MissingSectionEnd { end_marker } => format!(
+            "not valid PEM: a block does not end (no `{}` line; is the file still being written?)",
+            String::from_utf8_lossy(end_marker).trim()
+        ),
+        Error::IllegalSectionStart { line } => format!(
+            "not valid PEM: a malformed block start `{}`",
+            String::from_utf8_lossy(line).trim()
+        ),
+        other => format!("not valid PEM: {other}"),
     }
 }
 
@@ -111,4 +120,24 @@ pub fn validity(key: &CertifiedKey) -> Option<Validity> {
 /// [`validity`]'s problem, if any.
 pub fn validity_problem(key: &CertifiedKey) -> Option<String> {
     validity(key).and_then(|v| v.problem)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pem_reason;
+    use rustls::pki_types::pem::Error;
+
+    /// A half-written file names the marker it lacks as text, not bytes.
+    #[test]
+    fn pem_errors_read_as_text() {
+        let missing = Error::MissingSectionEnd {
+            end_marker: b"-----END CERTIFICATE-----".to_vec(),
+        };
+        let text = pem_reason(&missing);
+        assert!(
+            text.contains("no `-----END CERTIFICATE-----` line"),
+            "{text}"
+        );
+        assert!(!text.contains("[45"), "{text}");
+    }
 }

@@ -294,7 +294,16 @@ pub(crate) fn json(out: &mut Vec<u8>, time: &str, e: &Entry) {
     out.extend_from_slice(b",\"bytes\":");
     number(out, e.bytes);
     out.extend_from_slice(b",\"duration_ms\":");
-    let _ = serde_json::to_writer(&mut *out, &(e.duration.as_secs_f64() * 1000.0));
+    // Milliseconds to the microsecond, as written: never 0.035401999999999996.
+    let micros = e.duration.as_micros();
+    number(out, micros / 1000);
+    out.push(b'.');
+    let frac = micros % 1000;
+    out.extend_from_slice(&[
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ]);
     out.extend_from_slice(b",\"site\":");
     json_text(out, Some(e.site.as_bytes()));
     out.extend_from_slice(b",\"route\":");
@@ -454,6 +463,15 @@ pub(crate) mod tests {
         assert_eq!(v["route"], "/api");
         assert_eq!(v["request_id"], e.id.to_string());
         assert!((v["duration_ms"].as_f64().expect("a number") - 0.153).abs() < 1e-9);
+        assert!(text(line.clone()).contains("\"duration_ms\":0.153,"));
+        // Written to the microsecond, never with float noise.
+        let long = Entry {
+            duration: Duration::new(12, 345_678_901),
+            ..entry()
+        };
+        let mut line = Vec::new();
+        json(&mut line, "T", &long);
+        assert!(text(line).contains("\"duration_ms\":12345.678,"));
         let mut line = Vec::new();
         json(&mut line, "T", &entry());
         let v: serde_json::Value = serde_json::from_slice(&line).expect("valid JSON");
