@@ -1030,3 +1030,38 @@ fn idle_connections_cannot_keep_a_probe_waiting_on_the_admin_listener() {
     drop(idle);
     stop(s.child);
 }
+
+/// A site renamed by a configuration reload takes its metric series with
+/// it: the old name's series leave `/metrics` (they piled up with every
+/// rename), the new name's appear.
+#[test]
+fn a_site_renamed_by_a_reload_leaves_the_metrics() {
+    let dir = site();
+    let config = |name: &str| {
+        format!(
+            "[server]\nlisten = [\"127.0.0.1:0\"]\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+             [[site]]\nname = \"{name}\"\nroot = \"www\"\n"
+        )
+    };
+    std::fs::write(dir.path().join("swan.toml"), config("before")).expect("config");
+    let s = start(dir.path(), &[], true);
+    let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
+    assert_eq!(status_of(&get(&public, "/")), 200);
+    assert!(get(&admin, "/metrics").contains("site=\"before\""));
+    std::fs::write(dir.path().join("swan.toml"), config("after")).expect("config");
+    let _ = Command::new("kill")
+        .args(["-HUP", &s.child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert_eq!(status_of(&get(&public, "/")), 200);
+        let metrics = get(&admin, "/metrics");
+        if metrics.contains("site=\"after\"") {
+            assert!(!metrics.contains("site=\"before\""), "{metrics}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never renamed: {metrics}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop(s.child);
+}

@@ -165,6 +165,18 @@ impl Observe {
             .clone()
     }
 
+    /// Forgets the counters of sites no longer configured (a reload
+    /// removed or renamed them), so their series leave `/metrics` rather
+    /// than piling up with every rename.
+    pub fn keep_only_sites(&self, names: &[&str]) {
+        if let Ok(mut sites) = self.sites.lock() {
+            sites.retain(|name, _| names.contains(&&**name));
+        }
+        if let Ok(mut routes) = self.routes.lock() {
+            routes.retain(|(site, _), _| names.contains(&&**site));
+        }
+    }
+
     /// Every site's counters, by name.
     pub fn sites(&self) -> Vec<(Arc<str>, Arc<SiteCounters>)> {
         let mut all: Vec<_> = self
