@@ -22,6 +22,7 @@ use tracing::field::Empty;
 use crate::body::Body;
 use crate::config::{AdminConfig, Config, LogConfig, ServerConfig};
 use crate::observe::Observe;
+use crate::observe::SiteCounters;
 use crate::observe::access_log::{self, AccessLog, Entry, RequestText};
 use crate::observe::counters::RouteCounters;
 use crate::request::{BodyPolicy, Peer, RequestError, RequestId, checks, path};
@@ -83,6 +84,33 @@ struct LogHead {
 }
 
 impl LogHead {
+    /// The request's access log line, answered `status` after `elapsed`
+    /// (its bytes are counted when the body is sent).
+    fn entry(
+        self,
+        client: SocketAddr,
+        status: u16,
+        elapsed: std::time::Duration,
+        site: &Site,
+        route: Option<Arc<str>>,
+        id: RequestId,
+    ) -> Entry {
+        Entry {
+            // To within the clock's tick (5 ms), without a clock read.
+            time: crate::clock::wall() - elapsed,
+            client,
+            method: Some(self.method),
+            version: self.version,
+            status,
+            bytes: 0,
+            duration: elapsed,
+            site: site.name.clone(),
+            route,
+            id,
+            text: self.text,
+        }
+    }
+
     fn of<B>(req: &Request<B>) -> LogHead {
         let header = |name| req.headers().get(name).map(HeaderValue::as_bytes);
         LogHead {
@@ -129,26 +157,19 @@ impl Drop for Unanswered<'_> {
             return;
         }
         let elapsed = self.started.elapsed();
-        let site = &self.site;
-        let counters = site
-            .counters
-            .get_or_init(|| self.app.observe.site(&site.config.name));
+        let counters = self.app.site_counters(self.site);
         counters.requests.record(CLIENT_CLOSED, 0, elapsed);
         tracing::debug!(request_id = %self.id, "the client went away before the answer");
         if let (Some(head), Some(log)) = (self.head.take(), &self.app.observe.access_log) {
-            log.log(&Entry {
-                time: crate::clock::wall() - elapsed,
-                client: self.client,
-                method: Some(head.method),
-                version: head.version,
-                status: CLIENT_CLOSED,
-                bytes: 0,
-                duration: elapsed,
-                site: site.name.clone(),
-                route: None,
-                id: self.id,
-                text: head.text,
-            });
+            let entry = head.entry(
+                self.client,
+                CLIENT_CLOSED,
+                elapsed,
+                self.site,
+                None,
+                self.id,
+            );
+            log.log(&entry);
         }
     }
 }
@@ -246,6 +267,12 @@ impl App {
         }
     }
 
+    /// `site`'s counters for its static files (looked up once per site).
+    fn site_counters<'s>(&self, site: &'s Site) -> &'s Arc<SiteCounters> {
+        site.counters
+            .get_or_init(|| self.observe.site(&site.config.name))
+    }
+
     /// Answers one request from `peer`; the [`Exchange`] (when there is
     /// something left to record) goes with the response body and is
     /// finished when the body is sent.
@@ -322,9 +349,7 @@ impl App {
                     .route(&site.config.name, &route.path.to_string())
             }),
             None => {
-                let sc = site
-                    .counters
-                    .get_or_init(|| self.observe.site(&site.config.name));
+                let sc = self.site_counters(site);
                 if res.body().is_streamed() {
                     sc.streamed.add(1);
                 } else if (200..400).contains(&status) {
@@ -340,22 +365,12 @@ impl App {
             span.record("ms", elapsed.as_secs_f64() * 1000.0);
             span.in_scope(|| tracing::debug!("answered"));
         }
-        let log = log_head.map(|head| Entry {
-            // To within the clock's tick (5 ms), without a clock read.
-            time: crate::clock::wall() - elapsed,
-            client,
-            method: Some(head.method),
-            version: head.version,
-            status,
-            bytes: 0,
-            duration: elapsed,
-            site: site.name.clone(),
-            route: match servlet {
+        let log = log_head.map(|head| {
+            let route = match servlet {
                 Some(_) => Some(counters.route.clone()),
                 None => hit.map(|r| Arc::from(r.path.to_string())),
-            },
-            id,
-            text: head.text,
+            };
+            head.entry(client, status, elapsed, site, route, id)
         });
         // A body of unknown size (a streaming servlet) counts its bytes
         // when it is sent.

@@ -113,6 +113,17 @@ async fn conformance(store: Arc<Store>) -> Result<()> {
         .set("min", Bytes::from("-9223372036854775808"), None)
         .await?;
     assert_eq!(store.increment("min", 1).await?, i64::MIN + 1, "{kind}");
+    // Unsigned counters (wasi:keyvalue's) refuse a negative number, and
+    // leave it as it was.
+    store.set("neg", Bytes::from("-5"), None).await?;
+    assert_eq!(
+        store.increment_unsigned("neg", 1).await,
+        Err(StoreError::NotANumber),
+        "{kind}"
+    );
+    assert_eq!(store.get("neg").await?, Some(Bytes::from("-5")), "{kind}");
+    assert_eq!(store.increment_unsigned("uns", 3).await?, 3, "{kind}");
+    assert_eq!(store.increment_unsigned("uns", 4).await?, 7, "{kind}");
     // A time to live past a century is refused alike.
     assert!(matches!(
         store

@@ -298,12 +298,7 @@ pub(crate) fn json(out: &mut Vec<u8>, time: &str, e: &Entry) {
     let micros = e.duration.as_micros();
     number(out, micros / 1000);
     out.push(b'.');
-    let frac = micros % 1000;
-    out.extend_from_slice(&[
-        b'0' + (frac / 100) as u8,
-        b'0' + (frac / 10 % 10) as u8,
-        b'0' + (frac % 10) as u8,
-    ]);
+    out.extend_from_slice(&padded::<3>((micros % 1000) as u32));
     out.extend_from_slice(b",\"site\":");
     json_text(out, Some(e.site.as_bytes()));
     out.extend_from_slice(b",\"route\":");

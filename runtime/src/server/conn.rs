@@ -162,9 +162,9 @@ pub(crate) fn service(
             // Finishing needs the app: the clone made for this request goes
             // with the body.
             let exchange = exchange.map(|e| (e, app));
-            let mut res = res.map(|body| SentBody::new(body, sending, exchange, gate));
-            res.body_mut().in_pieces = !http1;
-            Ok::<_, Infallible>(res)
+            Ok::<_, Infallible>(
+                res.map(|body| SentBody::new(body, sending, exchange, gate, !http1)),
+            )
         }
     })
 }
@@ -175,7 +175,7 @@ pub(crate) fn service(
 /// logged nor counted.
 fn headers_too_large(app: &App, peer: Peer, sending: Sending) -> hyper::Response<SentBody> {
     refused(&app.observe, peer, http::Version::HTTP_2, 431);
-    let mut res = hyper::Response::new(SentBody::new(Body::empty(), sending, None, None));
+    let mut res = hyper::Response::new(SentBody::new(Body::empty(), sending, None, None, true));
     *res.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
     res
 }

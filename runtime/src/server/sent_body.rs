@@ -32,7 +32,7 @@ pub(crate) struct SentBody {
     /// the bytes counted are those sent (within the stream's send buffer),
     /// not a whole cached body handed over at once to a client that never
     /// reads it.
-    pub(crate) in_pieces: bool,
+    in_pieces: bool,
     /// The rest of a data frame not handed over yet.
     rest: Bytes,
 }
@@ -47,6 +47,7 @@ impl SentBody {
         sending: Sending,
         exchange: Option<(Exchange, Arc<App>)>,
         gate: Option<Box<FileGate>>,
+        h2: bool,
     ) -> SentBody {
         SentBody {
             inner,
@@ -54,7 +55,7 @@ impl SentBody {
             exchange,
             bytes: 0,
             gate,
-            in_pieces: false,
+            in_pieces: h2,
             rest: Bytes::new(),
         }
     }

@@ -134,6 +134,13 @@ impl<S> WatchedIo<S> {
         self
     }
 
+    /// Stamps a write as progress, unless the socket below stamps its own.
+    fn stamp_write(&self, result: &Poll<io::Result<usize>>) {
+        if self.stamps_writes {
+            self.state.touch_write(result);
+        }
+    }
+
     /// Lets this connection be released between requests (HTTP/1 on plain
     /// TCP, served with `without_shutdown` so the stream comes back).
     pub(crate) fn parkable(mut self) -> WatchedIo<S> {
@@ -283,9 +290,7 @@ impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
             if matches!(result, Poll::Ready(Err(_))) {
                 this.sender = None;
             }
-            if this.stamps_writes {
-                this.state.touch_write(&result);
-            }
+            this.stamp_write(&result);
             return result;
         }
         let result = match this.precise_status(data) {
@@ -295,9 +300,7 @@ impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
             }
             None => Pin::new(&mut this.inner).poll_write(cx, data),
         };
-        if this.stamps_writes {
-            this.state.touch_write(&result);
-        }
+        this.stamp_write(&result);
         result
     }
 
@@ -317,9 +320,7 @@ impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
         }
         this.state.sendfile.set_unflushed(true);
         let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if this.stamps_writes {
-            this.state.touch_write(&result);
-        }
+        this.stamp_write(&result);
         result
     }
 

@@ -11,6 +11,10 @@ use super::info::CallContext;
 use crate::body::Body;
 use crate::request::RequestError;
 
+/// The most a guest's response headers may weigh, whatever its kind: the
+/// host holds them outside the guest's `max_memory`.
+pub(crate) const HEADER_SET_LIMIT: usize = 64 << 10;
+
 /// A kind of guest.
 pub(crate) trait Guest: Send + Sync + Sized + 'static {
     /// One live instance, ready for a request.

@@ -70,13 +70,25 @@ pub struct Refused {
     tried: Option<Tried>,
 }
 
-/// What a refusal was for: route, settings, file stamp, and when.
-type Tried = (
-    RoutePath,
-    Box<ServletInfo>,
-    Option<FileStamp>,
-    std::time::Instant,
-);
+/// What a refusal was for, and when.
+#[derive(Debug, Clone)]
+struct Tried {
+    route: RoutePath,
+    info: Box<ServletInfo>,
+    stamp: Option<FileStamp>,
+    at: std::time::Instant,
+}
+
+impl Tried {
+    /// Whether loading `info` at `route` from a file stamped `stamp` is
+    /// what was refused, recently enough to be refused again untried.
+    fn answers(&self, route: &RoutePath, info: &ServletInfo, stamp: Option<FileStamp>) -> bool {
+        self.route == *route
+            && *self.info == *info
+            && self.stamp == stamp
+            && self.at.elapsed() < REFUSAL_KEPT
+    }
+}
 
 /// How long a refusal answers for the same file and settings: a failure
 /// that was the machine's (a trial start slowed past its deadline by a
@@ -247,13 +259,15 @@ impl Loader {
         previous: Option<&SiteServlets>,
         tier: Tier,
     ) -> (Vec<Option<Loaded>>, Vec<Refused>) {
-        enum Step {
-            Reuse(Loaded),
-            Compile(Box<ServletInfo>, Option<FileStamp>, Option<Loaded>),
-            /// Refused before as it is now.
-            Refused(Refused, Option<Loaded>),
+        enum Step<T> {
+            /// Decided without compiling: what serves (reused, or the
+            /// previous version beside a refusal), and a refusal.
+            Ready(Option<Loaded>, Option<Refused>),
+            /// To compile (`T`: what to compile, then its thread), with
+            /// the version it replaces.
+            Compile(T, Tried, Option<Loaded>),
         }
-        let steps: Vec<(RoutePath, Step)> = planned
+        let steps: Vec<(RoutePath, Step<Box<ServletInfo>>)> = planned
             .into_iter()
             .filter_map(|p| match p.target {
                 PlannedTarget::Servlet(info) => Some((p.path, info)),
@@ -270,22 +284,25 @@ impl Loader {
                     p.refused.iter().find(|r| {
                         r.tried
                             .as_ref()
-                            .is_some_and(|(route, tried, tried_stamp, at)| {
-                                *route == path
-                                    && **tried == *info
-                                    && *tried_stamp == stamp
-                                    && at.elapsed() < REFUSAL_KEPT
-                            })
+                            .is_some_and(|t| t.answers(&path, &info, stamp))
                     })
                 });
                 let step = match (old, refused_before) {
                     (Some(old), _) if old.stamp == stamp && *old.servlet.info() == *info => {
-                        Step::Reuse(old.clone())
+                        Step::Ready(Some(old.clone()), None)
                     }
                     (old, Some(refused)) if stamp.is_some() => {
-                        Step::Refused(refused.clone(), old.cloned())
+                        Step::Ready(old.cloned(), Some(refused.clone()))
                     }
-                    (old, _) => Step::Compile(info, stamp, old.cloned()),
+                    (old, _) => {
+                        let tried = Tried {
+                            route: path.clone(),
+                            info: info.clone(),
+                            stamp,
+                            at: std::time::Instant::now(),
+                        };
+                        Step::Compile(info, tried, old.cloned())
+                    }
                 };
                 (path, step)
             })
@@ -295,10 +312,8 @@ impl Loader {
             let outcomes: Vec<_> = steps
                 .into_iter()
                 .map(|(path, step)| match step {
-                    Step::Reuse(l) => (path, Ok(Ok(l))),
-                    Step::Refused(refused, old) => (path, Ok(Err((refused, old)))),
-                    Step::Compile(info, stamp, old) => {
-                        let tried = (path.clone(), info.clone(), stamp, std::time::Instant::now());
+                    Step::Ready(l, r) => (path, Step::Ready(l, r)),
+                    Step::Compile(info, tried, old) => {
                         let handle = scope.spawn(move || {
                             let started = std::time::Instant::now();
                             let file = info.file.clone();
@@ -306,7 +321,7 @@ impl Loader {
                             tracing::debug!(file = %file.display(), took_ms = started.elapsed().as_millis() as u64, "servlet compiled and checked");
                             loaded
                         });
-                        (path, Err((handle, tried, old)))
+                        (path, Step::Compile(handle, tried, old))
                     }
                 })
                 .collect();
@@ -314,18 +329,14 @@ impl Loader {
             let mut refused = Vec::new();
             for (path, outcome) in outcomes {
                 let (handle, tried, old) = match outcome {
-                    Ok(Ok(reused)) => {
-                        loaded.push(Some(reused));
+                    Step::Ready(serving, again) => {
+                        loaded.push(serving);
+                        refused.extend(again);
                         continue;
                     }
-                    Ok(Err((again, old))) => {
-                        loaded.push(old);
-                        refused.push(again);
-                        continue;
-                    }
-                    Err(compiling) => compiling,
+                    Step::Compile(handle, tried, old) => (handle, tried, old),
                 };
-                let stamp = tried.2;
+                let stamp = tried.stamp;
                 match handle.join() {
                     Ok(Ok(servlet)) => {
                         if old.is_some() {

@@ -253,11 +253,23 @@ impl Store {
     /// Adds `delta` to the whole number stored at `key` (0 when absent),
     /// atomically; the new value.
     pub async fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        self.add(key, delta, false).await
+    }
+
+    /// [`Store::increment`] for unsigned counters (wasi:keyvalue's): a
+    /// negative number stored is "not a number", and stays as it was.
+    pub async fn increment_unsigned(&self, key: &str, delta: u64) -> Result<u64, StoreError> {
+        let delta = i64::try_from(delta).map_err(|_| StoreError::NotANumber)?;
+        let sum = self.add(key, delta, true).await?;
+        u64::try_from(sum).map_err(|_| StoreError::NotANumber)
+    }
+
+    async fn add(&self, key: &str, delta: i64, unsigned: bool) -> Result<i64, StoreError> {
         let result = async {
             self.check_key(key)?;
             match &self.backend {
-                Backend::Embedded(b) => b.increment(key, delta).await,
-                Backend::Redis(b) => b.within(b.increment(key, delta)).await,
+                Backend::Embedded(b) => b.increment(key, delta, unsigned).await,
+                Backend::Redis(b) => b.within(b.increment(key, delta, unsigned)).await,
             }
         }
         .await;

@@ -40,6 +40,18 @@ return 1
 /// in that time fail at once.
 const RETRY_CONNECT: Duration = Duration::from_secs(1);
 
+/// INCRBY `KEYS[1]` by `ARGV[1]`, refused (as INCR refuses text) when the
+/// value stored is negative: wasi:keyvalue's counters are unsigned. The
+/// new value, as text.
+const INCR_UNSIGNED: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if current and string.sub(current, 1, 1) == '-' then
+  return redis.error_reply('ERR value is not an integer or out of range')
+end
+redis.call('INCRBY', KEYS[1], ARGV[1])
+return redis.call('GET', KEYS[1])
+"#;
+
 /// One connection to Redis, made on first use.
 #[derive(Default)]
 struct Connection {
@@ -58,21 +70,14 @@ struct Attempt<'a> {
     settled: bool,
 }
 
-impl Attempt<'_> {
-    fn gave_up(&self) -> StoreError {
-        self.task.abort();
-        StoreError::Unavailable(format!(
-            "could not connect within {} ms",
-            self.timeout.as_millis()
-        ))
-    }
-}
-
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
         if !self.settled {
-            let e = self.gave_up();
-            self.slot.failed_now(&e);
+            self.task.abort();
+            self.slot.failed_now(&StoreError::Unavailable(format!(
+                "could not connect within {} ms",
+                self.timeout.as_millis()
+            )));
         }
     }
 }
@@ -101,6 +106,7 @@ pub(super) struct RedisStore {
     next: std::sync::atomic::AtomicUsize,
     timeout: Duration,
     cas: Script,
+    incr_unsigned: Script,
 }
 
 /// The thread Redis connections are driven on.
@@ -152,6 +158,7 @@ impl RedisStore {
             next: std::sync::atomic::AtomicUsize::new(0),
             timeout,
             cas: Script::new(CAS),
+            incr_unsigned: Script::new(INCR_UNSIGNED),
         })
     }
 
@@ -202,9 +209,9 @@ impl RedisStore {
         turn % self.managers.len()
     }
 
-    /// One attempt to connect `slot`, on the Redis thread, within
-    /// `timeout`; its outcome is kept in the slot, also when the caller
-    /// gives up first (the attempt is then stopped).
+    /// One attempt to connect `slot`, on the Redis thread; its outcome is
+    /// kept in the slot, also when the caller gives up first (the attempt
+    /// is then stopped).
     async fn connect(&self, slot: &Connection) -> Result<ConnectionManager, StoreError> {
         let runtime =
             redis_runtime().ok_or_else(|| StoreError::Other("no Redis thread".to_owned()))?;
@@ -216,18 +223,18 @@ impl RedisStore {
             .set_max_delay(Duration::from_millis(500));
         let task =
             runtime.spawn(async move { ConnectionManager::new_with_config(client, config).await });
+        // Every caller runs under `within`, which bounds the attempt: a
+        // caller that stops waiting stops the attempt (`Attempt`).
         let mut attempt = Attempt {
             slot,
             task: task.abort_handle(),
             timeout: self.timeout,
             settled: false,
         };
-        let made = match tokio::time::timeout(self.timeout, task).await {
-            Ok(joined) => joined
-                .map_err(|e| StoreError::Other(e.to_string()))
-                .and_then(|made| made.map_err(classify)),
-            Err(_) => Err(attempt.gave_up()),
-        };
+        let made = task
+            .await
+            .map_err(|e| StoreError::Other(e.to_string()))
+            .and_then(|made| made.map_err(classify));
         attempt.settled = true;
         match &made {
             Ok(m) => slot.manager.store(Some(std::sync::Arc::new(m.clone()))),
@@ -378,9 +385,25 @@ impl RedisStore {
         format!("swan-cursor:{}:{id}", self.name)
     }
 
-    pub(super) async fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+    pub(super) async fn increment(
+        &self,
+        key: &str,
+        delta: i64,
+        unsigned: bool,
+    ) -> Result<i64, StoreError> {
         let mut con = self.connection(Some(key)).await?;
-        con.incr(self.key(key), delta).await.map_err(classify)
+        if !unsigned {
+            return con.incr(self.key(key), delta).await.map_err(classify);
+        }
+        // The new value as text (a Lua number would round past 2^53).
+        let sum: String = self
+            .incr_unsigned
+            .key(self.key(key))
+            .arg(delta)
+            .invoke_async(&mut con)
+            .await
+            .map_err(classify)?;
+        sum.parse().map_err(|_| StoreError::NotANumber)
     }
 
     pub(super) async fn compare_and_swap(

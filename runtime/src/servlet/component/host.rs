@@ -31,8 +31,6 @@ pub(crate) const MAX_TABLES: usize = 16;
 /// for a guest beyond its own `max_memory`: 10,000 outgoing bodies of 2 MiB
 /// of buffers each let one request hold 2 GiB under a 32 MiB cap.
 const MAX_RESOURCES: usize = 1_024;
-/// Largest header set (names and values) a guest may build.
-const FIELD_SIZE_LIMIT: usize = 64 << 10;
 
 /// Everything a component's store carries.
 pub(crate) struct ComponentHost {
@@ -90,7 +88,7 @@ impl ComponentHost {
             wasi,
             http: {
                 let mut http = WasiHttpCtx::new();
-                http.set_field_size_limit(FIELD_SIZE_LIMIT);
+                http.set_field_size_limit(crate::servlet::guest::HEADER_SET_LIMIT);
                 http
             },
             hooks: OutboundHooks::new(outbound),

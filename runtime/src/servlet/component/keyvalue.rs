@@ -62,6 +62,18 @@ pub(crate) fn add_to_linker<T: Send + 'static>(
 }
 
 impl KeyValue<'_> {
+    /// A batch's keys (and values), counted and checked against the
+    /// store's limits before any of it runs: past a limit nothing of it is
+    /// done.
+    fn admit<'a>(
+        &mut self,
+        store: &Store,
+        mut entries: impl ExactSizeIterator<Item = (&'a str, Option<&'a [u8]>)>,
+    ) -> Result<(), StoreError> {
+        self.access.count_many(store, entries.len())?;
+        entries.try_for_each(|(key, value)| store.check_sizes(key, value))
+    }
+
     fn bucket(&mut self, bucket: &Resource<Bucket>) -> Result<Arc<Store>, StoreError> {
         let store = self
             .table
@@ -155,19 +167,9 @@ impl atomics::Host for KeyValue<'_> {
         delta: u64,
     ) -> Result<u64, StoreError> {
         let store = self.bucket(&bucket)?;
-        let delta = i64::try_from(delta).map_err(|_| StoreError::NotANumber)?;
         // wasi:keyvalue's counters are unsigned: a negative number stored
-        // (by a native servlet, or set as text) is refused before anything
-        // is written, not incremented and then reported as a failure.
-        let current = store.get(&key).await;
-        let current = self.access.note(current)?;
-        if crate::store::parse_number(current.as_deref()).is_ok_and(|n| n < 0) {
-            return Err(StoreError::NotANumber);
-        }
-        let r = store
-            .increment(&key, delta)
-            .await
-            .and_then(|n| u64::try_from(n).map_err(|_| StoreError::NotANumber));
+        // (by a native servlet, or set as text) is refused, not incremented.
+        let r = store.increment_unsigned(&key, delta).await;
         self.access.note(r)
     }
 }
@@ -179,11 +181,7 @@ impl batch::Host for KeyValue<'_> {
         keys: Vec<String>,
     ) -> Result<Vec<Option<(String, Vec<u8>)>>, StoreError> {
         let store = self.bucket(&bucket)?;
-        // The whole batch is counted and checked before any of it runs.
-        self.access.count_many(&store, keys.len())?;
-        for key in &keys {
-            store.check_sizes(key, None)?;
-        }
+        self.admit(&store, keys.iter().map(|k| (k.as_str(), None)))?;
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
             let r = store.get(&key).await;
@@ -199,12 +197,10 @@ impl batch::Host for KeyValue<'_> {
         key_values: Vec<(String, Vec<u8>)>,
     ) -> Result<(), StoreError> {
         let store = self.bucket(&bucket)?;
-        // Past a limit nothing is written: the whole batch is counted and
-        // checked before any of it.
-        self.access.count_many(&store, key_values.len())?;
-        for (key, value) in &key_values {
-            store.check_sizes(key, Some(value))?;
-        }
+        let entries = key_values
+            .iter()
+            .map(|(k, v)| (k.as_str(), Some(v.as_slice())));
+        self.admit(&store, entries)?;
         for (key, value) in key_values {
             let r = store.set(&key, value.into(), None).await;
             self.access.note(r)?;
@@ -218,10 +214,7 @@ impl batch::Host for KeyValue<'_> {
         keys: Vec<String>,
     ) -> Result<(), StoreError> {
         let store = self.bucket(&bucket)?;
-        self.access.count_many(&store, keys.len())?;
-        for key in &keys {
-            store.check_sizes(key, None)?;
-        }
+        self.admit(&store, keys.iter().map(|k| (k.as_str(), None)))?;
         for key in keys {
             let r = store.delete(&key).await.map(|_| ());
             self.access.note(r)?;

@@ -12,6 +12,7 @@ use wasmtime::{Caller, Linker};
 
 use super::host::Host;
 use super::memory::{AbiFault, copy_out, memory, read_bytes};
+use crate::servlet::guest::HEADER_SET_LIMIT;
 use crate::servlet::output::OUTPUT_CAPTURE_BYTES;
 
 /// The ABI version this host implements.
@@ -48,9 +49,6 @@ const ABSENT: i32 = -1;
 const INVALID: i32 = -1;
 /// Return value: the header may not be set by a servlet.
 const FORBIDDEN: i32 = -2;
-/// The most a response's headers may weigh (names, values and 32 bytes a
-/// field, as HTTP/2 counts them), as for a component's header set.
-const HEADER_SET_LIMIT: usize = 64 << 10;
 
 /// Adds the `swan` module to a linker.
 pub(crate) fn add_to_linker(linker: &mut Linker<Host>) -> wasmtime::Result<()> {

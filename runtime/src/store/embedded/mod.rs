@@ -70,6 +70,9 @@ enum Op {
     Increment {
         key: String,
         delta: i64,
+        /// A negative number stored is "not a number" (wasi:keyvalue's
+        /// counters are unsigned).
+        unsigned: bool,
     },
     CompareAndSwap {
         key: String,
@@ -291,11 +294,17 @@ impl Embedded {
         }
     }
 
-    pub(super) async fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+    pub(super) async fn increment(
+        &self,
+        key: &str,
+        delta: i64,
+        unsigned: bool,
+    ) -> Result<i64, StoreError> {
         match self
             .write(Op::Increment {
                 key: key.to_owned(),
                 delta,
+                unsigned,
             })
             .await?
         {
@@ -436,8 +445,17 @@ fn apply(db: &Database, batch: &[Write]) -> Result<Vec<Result<Done, StoreError>>
                     kv.remove(key)?;
                     Ok(Done::Bool(old_value.is_some()))
                 }
-                Op::Increment { delta, .. } => {
+                Op::Increment {
+                    delta, unsigned, ..
+                } => {
                     let sum = parse_number(old_value.as_deref())
+                        .and_then(|n| {
+                            if *unsigned && n < 0 {
+                                Err(StoreError::NotANumber)
+                            } else {
+                                Ok(n)
+                            }
+                        })
                         .and_then(|n| n.checked_add(*delta).ok_or(StoreError::NotANumber));
                     match sum {
                         Ok(sum) => {
