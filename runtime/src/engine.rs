@@ -58,7 +58,9 @@ pub enum Tier {
 pub enum EngineError {
     /// wasmtime refused the configuration (for example, not enough address
     /// space for the pooling allocator).
-    #[error("cannot create the wasm engine: {0}")]
+    #[error(
+        "cannot create the wasm engine: {0} (each of server.max_instances reserves address space for its memories in each compiler tier: a lower server.max_instances needs less)"
+    )]
     Wasmtime(String),
     /// A helper thread could not be started.
     #[error("cannot start the engine's threads")]
@@ -75,6 +77,10 @@ pub struct Engine {
     #[cfg(feature = "p3")]
     concurrent: wasmtime::Engine,
     budget: Arc<InstanceBudget>,
+    /// Every servlet's pool of instances made ahead: when the budget is
+    /// used up, one servlet's request (or trial at load) takes the place
+    /// of another's idle instance.
+    idle: std::sync::Mutex<Vec<std::sync::Weak<dyn IdleInstances>>>,
     background: tokio::runtime::Handle,
     ticker: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
@@ -154,6 +160,7 @@ impl Engine {
                 max: server.max_instances,
                 live: AtomicU32::new(0),
             }),
+            idle: std::sync::Mutex::new(Vec::new()),
             background,
             ticker: Some(ticker),
             stop,
@@ -225,6 +232,44 @@ impl Engine {
         }
     }
 
+    /// Registers a pool whose idle instances give way when the budget is
+    /// used up.
+    pub(crate) fn register_idle(&self, pool: std::sync::Weak<dyn IdleInstances>) {
+        let mut pools = self
+            .idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        pools.retain(|p| p.strong_count() > 0);
+        pools.push(pool);
+    }
+
+    /// Drops one idle instance, of the pool with the most, other than
+    /// `except` (the asking pool, by address): its place in the budget is
+    /// free for the asker. False when no other pool has one.
+    ///
+    /// Without this, servlets whose prewarmed instances filled
+    /// `max_instances` left the others 503 for good, and the ones loaded
+    /// later refused.
+    pub(crate) fn release_idle(&self, except: *const ()) -> bool {
+        let pools: Vec<_> = {
+            let mut pools = self
+                .idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            pools.retain(|p| p.strong_count() > 0);
+            pools.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        let fullest = pools
+            .iter()
+            .filter(|p| !std::ptr::addr_eq(Arc::as_ptr(p), except))
+            .max_by_key(|p| p.idle());
+        let released = fullest.is_some_and(|p| p.idle() > 0 && p.drop_idle());
+        if released {
+            tracing::debug!("max_instances used up: an idle instance of another servlet gave way");
+        }
+        released
+    }
+
     /// Instances alive in the whole process.
     pub fn live_instances(&self) -> u32 {
         self.budget.live.load(Ordering::Relaxed)
@@ -276,6 +321,15 @@ impl<T> PerTier<T> {
             _ => &self.optimized,
         }
     }
+}
+
+/// A servlet's instances made ahead of requests, as the engine sees them
+/// (see [`Engine::release_idle`]).
+pub(crate) trait IdleInstances: Send + Sync {
+    /// Instances waiting for a request.
+    fn idle(&self) -> usize;
+    /// Drops one of them; whether there was one.
+    fn drop_idle(&self) -> bool;
 }
 
 /// The process-wide count of live instances against `max_instances`. Each

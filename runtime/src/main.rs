@@ -13,7 +13,7 @@ use cli::{errln, outln};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
@@ -108,6 +108,7 @@ impl ConfigArgs {
             root: self.root.clone(),
             servlets: self.servlets.clone(),
             dev: self.dev,
+            servlets_to_be_made: false,
         }
     }
 
@@ -179,16 +180,72 @@ fn new(args: &NewArgs) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-    let dir = match &args.dir {
-        Some(d) => d.clone(),
-        None => match Config::load(args.config.as_deref(), &Overrides::default()) {
-            Ok(c) => c
-                .sites
-                .iter()
-                .find(|s| s.default)
-                .and_then(|s| s.servlets.clone())
-                .unwrap_or_else(|| PathBuf::from("servlets")),
-            Err(_) => PathBuf::from("servlets"),
+    // Where it goes, and the command that serves it from there.
+    let (dir, serve_flags, port) = match (&args.dir, &args.config) {
+        (Some(d), config) => {
+            let config = config
+                .as_ref()
+                .map(|f| format!(" --config {}", shell_word(f)))
+                .unwrap_or_default();
+            (
+                d.clone(),
+                format!("{config} --servlets {}", shell_word(d)),
+                8080,
+            )
+        }
+        // No configuration at all: `servlets/` and `www/` in this folder,
+        // which the built-in defaults serve.
+        (None, None)
+            if Path::new(swan::config::DEFAULT_CONFIG_FILE)
+                .symlink_metadata()
+                .is_err() =>
+        {
+            if let Err(e) = std::fs::create_dir_all(swan::config::DEFAULT_ROOT) {
+                errln!(
+                    "error: cannot create the site folder {}: {e}",
+                    swan::config::DEFAULT_ROOT
+                );
+                return ExitCode::from(1);
+            }
+            (
+                PathBuf::from(swan::config::DEFAULT_SERVLETS),
+                String::new(),
+                8080,
+            )
+        }
+        (None, file) => match Config::load(
+            file.as_deref(),
+            &Overrides {
+                servlets_to_be_made: true,
+                ..Overrides::default()
+            },
+        ) {
+            Ok(c) => {
+                let port = c
+                    .server
+                    .listen
+                    .iter()
+                    .find(|l| !l.tls && l.addr.port() != 0)
+                    .map_or(8080, |l| l.addr.port());
+                let flags = file
+                    .as_ref()
+                    .map(|f| format!(" --config {}", shell_word(f)))
+                    .unwrap_or_default();
+                match c.default_site().and_then(|s| s.servlets.clone()) {
+                    Some(dir) => (dir, flags, port),
+                    None => {
+                        errln!(
+                            "error: the default site has no servlets folder: add `servlets = \"servlets\"` to its [[site]], or say where the servlet goes with --dir DIR"
+                        );
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            Err(e) => {
+                errln!("{e}");
+                errln!("fix the configuration, or say where the servlet goes with --dir DIR");
+                return ExitCode::from(2);
+            }
         },
     };
     match cli::new::create(name, lang, &dir) {
@@ -204,9 +261,9 @@ fn new(args: &NewArgs) -> ExitCode {
                 },
                 dest.join(lang.main_file()).display()
             );
-            outln!("run:  swan serve --dev --servlets {}", dir.display());
+            outln!("run:  swan serve --dev{serve_flags}");
             outln!(
-                "then: curl 'http://127.0.0.1:8080/{name}?name=Ada'   -> Hello, Ada! GET /{name}"
+                "then: curl 'http://127.0.0.1:{port}/{name}?name=Ada'   -> Hello, Ada! GET /{name}"
             );
             if !lang.available() {
                 outln!(
@@ -220,8 +277,23 @@ fn new(args: &NewArgs) -> ExitCode {
         }
         Err(e) => {
             errln!("error: {e:#}");
-            ExitCode::from(1)
+            // A name refused or taken is the command's usage; anything
+            // else (a folder that cannot be written) is a failure.
+            let usage = e.downcast_ref::<cli::new::Refused>().is_some();
+            ExitCode::from(if usage { 2 } else { 1 })
         }
+    }
+}
+
+/// `path` as one shell word: quoted when it holds anything but plain
+/// characters.
+fn shell_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:@%".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
     }
 }
 

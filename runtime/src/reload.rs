@@ -516,10 +516,18 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
             return false;
         }
     };
-    if config.server != app.server {
+    // A listener on port 0 runs on the port it was given: the same
+    // listener still, not a change.
+    let mut server = config.server.clone();
+    for (new, running) in server.listen.iter_mut().zip(&app.server.listen) {
+        if new.addr.port() == 0 && new.addr.ip() == running.addr.ip() {
+            new.addr = running.addr;
+        }
+    }
+    if server != app.server {
         // Name the tables that changed: the TLS certificate's paths, HSTS
         // and the trusted proxies are [server] too, and easy to expect live.
-        let (new, old) = (&config.server, &app.server);
+        let (new, old) = (&server, &app.server);
         let mut changed = Vec::new();
         if new.tls != old.tls {
             changed.push("[server.tls] (certificate paths, HSTS, redirect)");

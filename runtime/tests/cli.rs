@@ -6,7 +6,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 mod support;
-use support::{get, serve_in, site, spawn_serving, stop, stop_with_code, swan};
+use support::{
+    banner_address, get, serve_in, site, slow_to_load_site, spawn_serving, stop, stop_with_code,
+    swan,
+};
 
 #[test]
 fn version_and_help_are_available_on_every_command() {
@@ -190,6 +193,78 @@ fn an_address_in_use_names_the_flag_that_fixes_it() {
     );
 }
 
+/// `max_connections` at or past the open-file limit is a warning of
+/// `check` (and of `serve`'s log): past it, connections wait for
+/// descriptors.
+#[test]
+fn check_warns_when_max_connections_passes_the_descriptor_limit() {
+    let dir = site();
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nmax_connections = 2000\n[[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let check = |limit: u32| {
+        let out = Command::new("sh")
+            .current_dir(dir.path())
+            .arg("-c")
+            .arg(format!("ulimit -n {limit} && exec \"$0\" check"))
+            .arg(env!("CARGO_BIN_EXE_swan"))
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let low = check(1024);
+    assert!(
+        low.contains("warning: max_connections (2000) is at or past the open-file limit (1024)"),
+        "{low}"
+    );
+    let high = check(4096);
+    assert!(!high.contains("open-file limit"), "{high}");
+}
+
+/// `--listen` values are checked as the file's are: two on one address
+/// (or on the admin listener's) are a configuration error (exit 2) for
+/// `check` and `serve` alike, not a bind failure blamed on another process.
+#[test]
+fn overlapping_listen_flags_are_a_configuration_error() {
+    let dir = site();
+    let port = free_port();
+    let admin = dir.path().join("admin.toml");
+    std::fs::write(
+        &admin,
+        format!("[admin]\nlisten = \"127.0.0.1:{port}\"\n[[site]]\nroot = \"www\"\n"),
+    )
+    .expect("write");
+    let same = format!("127.0.0.1:{port}");
+    let wildcard = format!("0.0.0.0:{port}");
+    for cmd in ["check", "serve"] {
+        for (config, flags) in [
+            (None, vec![same.as_str(), same.as_str()]),
+            (None, vec![wildcard.as_str(), same.as_str()]),
+            (Some(&admin), vec![same.as_str()]),
+        ] {
+            let mut run = swan();
+            run.current_dir(dir.path()).arg(cmd);
+            match config {
+                Some(file) => run.arg("--config").arg(file),
+                None => run.args(["--root", "www"]),
+            };
+            for flag in &flags {
+                run.args(["--listen", flag]);
+            }
+            let out = run.output().expect("run");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd} {flags:?}: {err}");
+            assert!(
+                err.contains("--listen") && err.contains("overlaps"),
+                "{cmd} {flags:?}: {err}"
+            );
+        }
+    }
+}
+
 #[test]
 fn serve_prints_a_banner_answers_and_exits_0_on_sigterm() {
     let dir = site();
@@ -278,6 +353,45 @@ fn signals_sent_as_soon_as_the_banner_is_out_are_handled() {
         let log = stop(child);
         assert!(log.contains("SIGTERM received"), "round {round}: {log}");
     }
+}
+
+/// SIGHUP and SIGUSR1 sent while the sites load (here: a large file to
+/// compress, seconds in a debug build) wait until swan serves; they do not
+/// end the process (a log rotation or a reload during a restart). The
+/// reload then finds nothing changed: a listener on port 0 is the same
+/// listener on the port it was given.
+#[test]
+fn signals_sent_while_loading_are_handled_once_serving() {
+    let dir = slow_to_load_site();
+    let mut child = swan()
+        .current_dir(dir.path())
+        .arg("serve")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(400));
+    for signal in ["-HUP", "-USR1"] {
+        let sent = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+    }
+    let addr = match banner_address(&mut child) {
+        Ok(addr) => addr,
+        Err(banner) => {
+            let (code, log) = stop_with_code(child);
+            panic!("no banner {banner:?} ({code:?}): {log}");
+        }
+    };
+    assert!(get(&addr, "/").ends_with("cli hello"));
+    // The reload runs once serving.
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, log) = stop_with_code(child);
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("SIGHUP received"), "{log}");
+    assert!(!log.contains("take effect after a restart"), "{log}");
 }
 
 /// A servlet that prints a line through WASI, then traps.

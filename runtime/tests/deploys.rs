@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{exchange, get, site, start, start_program, swan};
+use support::{exchange, get, site, slow_to_load_site, start, start_program, swan};
 
 /// `/hello`: a small servlet.
 const HELLO: &str = r#"(module
@@ -326,4 +326,50 @@ fn sigusr2_upgrades_the_binary_under_load_without_a_failed_request() {
         "stopped; log:\n{}",
         log.lock().expect("log").join("\n")
     );
+}
+
+/// SIGTERM while an upgrade's new process is still loading: the upgrade is
+/// abandoned and the new process stopped with the old one. Before, the old
+/// process exited 0 and the new one went on to serve the port, unknown to
+/// whoever stopped swan.
+#[test]
+fn a_stop_during_an_upgrade_stops_the_new_process_too() {
+    // Loading takes seconds in a debug build: the new process is still
+    // loading when the stop comes.
+    let dir = slow_to_load_site();
+    let mut old = start_program(swan(), dir.path(), &["--config", "swan.toml"], false);
+    let addr = old.urls[0].clone();
+    let (log, rx) = log_lines(old.child.stderr.take().expect("stderr"));
+    let old_pid = old.child.id();
+    let signal = |name: &str, pid: u32| {
+        assert!(
+            Command::new("kill")
+                .args([name, &pid.to_string()])
+                .status()
+                .expect("kill")
+                .success()
+        );
+    };
+    signal("-USR2", old_pid);
+    let line = wait_line(&rx, "upgrade: new process started", Duration::from_secs(30));
+    let new_pid: u32 = line
+        .split("pid=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    assert!(alive(new_pid), "the new process runs");
+    signal("-TERM", old_pid);
+    let status = wait_exit(&mut old.child, Duration::from_secs(30)).expect("old process exits");
+    assert!(status.success(), "old process: {status}");
+    assert!(!alive(new_pid), "the new process was stopped");
+    // Long enough for the new one to have finished loading, had it lived.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(!alive(new_pid));
+    assert!(
+        TcpStream::connect(&addr).is_err(),
+        "something serves {addr}"
+    );
+    let log = log.lock().expect("log").join("\n");
+    assert!(log.contains("upgrade abandoned"), "{log}");
 }

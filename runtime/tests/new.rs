@@ -143,8 +143,9 @@ fn bad_names_languages_and_existing_folders_are_refused() {
             .output()
             .expect("swan new")
     };
+    // Usage errors: exit 2.
     let bad = run(&["new", "Bad Name", "--lang", "rust", "--dir", "s"]);
-    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid servlet name"));
     let cobol = run(&["new", "x", "--lang", "cobol", "--dir", "s"]);
     assert_eq!(cobol.status.code(), Some(2));
@@ -166,14 +167,76 @@ fn bad_names_languages_and_existing_folders_are_refused() {
             .success()
     );
     let again = run(&["new", "x", "--lang", "c", "--dir", "s"]);
-    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("exists already"));
+    // A configuration that cannot be read is said, not passed over for
+    // ./servlets.
+    let missing = run(&["new", "y", "--lang", "c", "--config", "nowhere.toml"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("nowhere.toml"));
+    std::fs::write(dir.path().join("broken.toml"), "[[site]]\nroot = 3\n").expect("write");
+    let broken = run(&["new", "y", "--lang", "c", "--config", "broken.toml"]);
+    assert_eq!(broken.status.code(), Some(2));
+    assert!(!dir.path().join("servlets/y").exists());
     // --list names every language and how to get its toolchain.
     let list = run(&["new", "--list"]);
     let text = String::from_utf8_lossy(&list.stdout);
     for lang in ["rust", "c", "assemblyscript", "zig", "go", "js", "python"] {
         assert!(text.contains(lang), "{text}");
     }
+}
+
+/// The README's first run, in an empty folder with no configuration:
+/// `swan new`, then `swan serve --dev` as it says, then the request.
+#[test]
+fn the_first_run_works_in_an_empty_folder() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = swan()
+        .current_dir(dir.path())
+        .args(["new", "hello-world", "--lang", "c"])
+        .output()
+        .expect("swan new");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("run:  swan serve --dev\n"), "{said}");
+    assert!(dir.path().join("www").is_dir(), "the site folder is made");
+    let running = start(dir.path(), &["--dev", "--listen", "127.0.0.1:0"], false);
+    let answer = wait_for(
+        &running.urls[0],
+        "/hello-world?name=Ada",
+        "Hello, Ada! GET /hello-world",
+        Duration::from_secs(120),
+    );
+    let log = stop(running.child);
+    if let Err(e) = answer {
+        panic!("{e}\nlog:\n{log}");
+    }
+}
+
+/// A Rust servlet carries its own copy of the SDK: nothing points into
+/// the source tree the binary was built from.
+#[test]
+fn a_rust_servlet_carries_its_sdk() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = swan()
+        .current_dir(dir.path())
+        .args(["new", "r", "--lang", "rust", "--dir", "s"])
+        .output()
+        .expect("swan new");
+    assert!(out.status.success());
+    let manifest = std::fs::read_to_string(dir.path().join("s/r/Cargo.toml")).expect("manifest");
+    assert!(
+        manifest.contains("swan-guest = { path = \"swan-guest\" }"),
+        "{manifest}"
+    );
+    let sdk = dir.path().join("s/r/swan-guest");
+    assert!(sdk.join("src/lib.rs").is_file() && sdk.join("src/ffi.rs").is_file());
+    let sdk_manifest = std::fs::read_to_string(sdk.join("Cargo.toml")).expect("sdk manifest");
+    assert!(!sdk_manifest.contains("workspace"), "{sdk_manifest}");
+    assert!(
+        sdk_manifest.contains(env!("CARGO_PKG_VERSION")),
+        "{sdk_manifest}"
+    );
 }
 
 #[test]

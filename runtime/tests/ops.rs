@@ -884,7 +884,7 @@ fn production_keys_are_checked_at_load() {
         // A duration that would wrap to a tiny timeout.
         (
             "[server]\nheader_read_timeout = \"18446744073709552s\"\n[[site]]\nroot = \"www\"\n",
-            "at most a year",
+            "from 1ms to a year",
         ),
         (
             "[[site]]\nroot = \"www\"\nhosts = [\"x\", \"b\", \"B\"]\n",

@@ -74,6 +74,18 @@ async fn http11_needs_exactly_one_well_formed_host_that_agrees_with_the_target()
             b"GET http://a.example/ HTTP/1.1\r\nHost: A.Example\r\nConnection: close\r\n\r\n",
             "200",
         ),
+        // User information in the target: refused, whatever the Host.
+        (
+            b"GET http://b.example:80@a.example/ HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+            "400",
+        ),
+        (b"GET http://user@a.example/ HTTP/1.0\r\n\r\n", "400"),
+        // A port of digits, one colon outside an IPv6 literal.
+        (b"GET / HTTP/1.1\r\nHost: a.example:abc\r\nConnection: close\r\n\r\n", "400"),
+        (b"GET / HTTP/1.1\r\nHost: a.example:99999\r\nConnection: close\r\n\r\n", "400"),
+        (b"GET / HTTP/1.1\r\nHost: a:b:c\r\nConnection: close\r\n\r\n", "400"),
+        (b"GET / HTTP/1.1\r\nHost: ::1\r\nConnection: close\r\n\r\n", "400"),
+        (b"GET / HTTP/1.1\r\nHost: [::1\r\nConnection: close\r\n\r\n", "400"),
         (b"GET / HTTP/1.1\r\nHost: a.example:80\r\nConnection: close\r\n\r\n", "200"),
         (b"GET / HTTP/1.1\r\nHost: [::1]:80\r\nConnection: close\r\n\r\n", "200"),
         (b"GET / HTTP/1.1\r\nHost: \r\nConnection: close\r\n\r\n", "200"),
@@ -93,30 +105,50 @@ async fn http11_needs_exactly_one_well_formed_host_that_agrees_with_the_target()
 #[tokio::test]
 async fn http2_authority_and_host_must_agree() -> Result<()> {
     let (_site, server) = server_with("").await?;
-    for (host, want) in [("a.example", true), ("b.example", false)] {
-        let mut conn = H2Conn::open(server.addr()).await?;
-        let mut block = h2raw::get_headers("/", "a.example");
+    // :status 200 is static index 8 (0x88), 400 is 12 (0x8c).
+    for (authority, host, want) in [
+        ("a.example", "a.example", 0x88),
+        ("a.example", "b.example", 0x8c),
+        // User information in :authority (RFC 9113 §8.3.1).
+        ("b.example:80@a.example", "a.example", 0x8c),
+    ] {
+        let mut block = h2raw::get_headers("/", authority);
         // host: literal without indexing, name index 38.
         block.extend_from_slice(&[0x0f, 0x17, host.len() as u8]);
         block.extend_from_slice(host.as_bytes());
-        conn.send(&h2raw::frame(
-            kind::HEADERS,
-            flag::END_HEADERS | flag::END_STREAM,
-            1,
-            &block,
-        ))
-        .await;
-        let headers = conn
-            .wait_for(Duration::from_secs(5), |f| {
-                f.kind == kind::HEADERS && f.stream == 1
-            })
-            .await
-            .ok_or_else(|| anyhow::anyhow!("no response"))?;
-        // :status 200 is static index 8 (0x88), 400 is 12 (0x8c).
-        let ok = headers.payload.first() == Some(&0x88);
-        assert_eq!(ok, want, "host {host}: {:x?}", headers.payload);
+        let status = h2_status(&server, &block).await?;
+        assert_eq!(status, want, "{authority} / {host}");
     }
+    // Neither :authority nor Host: 400.
+    let mut block = vec![0x82, 0x86, 0x04, 1];
+    block.extend_from_slice(b"/");
+    assert_eq!(h2_status(&server, &block).await?, 0x8c);
     Ok(())
+}
+
+/// Sends one HTTP/2 request (`block`, its header block) on a new
+/// connection; the first byte of its response's header block, which is
+/// the status when it is in HPACK's static table.
+async fn h2_status(server: &TestServer, block: &[u8]) -> Result<u8> {
+    let mut conn = H2Conn::open(server.addr()).await?;
+    conn.send(&h2raw::frame(
+        kind::HEADERS,
+        flag::END_HEADERS | flag::END_STREAM,
+        1,
+        block,
+    ))
+    .await;
+    let headers = conn
+        .wait_for(Duration::from_secs(5), |f| {
+            f.kind == kind::HEADERS && f.stream == 1
+        })
+        .await
+        .ok_or_else(|| anyhow::anyhow!("no response"))?;
+    headers
+        .payload
+        .first()
+        .copied()
+        .ok_or_else(|| anyhow::anyhow!("an empty header block"))
 }
 
 #[tokio::test]
@@ -126,6 +158,14 @@ async fn an_over_long_request_line_gets_414_and_over_long_headers_431() -> Resul
     let line = format!("GET {long_path} HTTP/1.1\r\nHost: a\r\n\r\n");
     let r = server.raw(line.as_bytes(), Duration::from_secs(5)).await?;
     assert!(r.starts_with("HTTP/1.1 414 "), "{}", &r[..r.len().min(200)]);
+    // The same line pipelined behind a request in one write: the first is
+    // answered, the second is still a 414, not a 431.
+    let pipelined = format!("GET / HTTP/1.1\r\nHost: a\r\n\r\n{line}");
+    let r = server
+        .raw(pipelined.as_bytes(), Duration::from_secs(5))
+        .await?;
+    assert!(r.starts_with("HTTP/1.1 200 "), "{}", &r[..r.len().min(200)]);
+    assert!(r.contains("HTTP/1.1 414 "), "{}", &r[..r.len().min(400)]);
     let header = format!(
         "GET / HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
         "b".repeat(20 << 10)
@@ -133,6 +173,11 @@ async fn an_over_long_request_line_gets_414_and_over_long_headers_431() -> Resul
     let r = server
         .raw(header.as_bytes(), Duration::from_secs(5))
         .await?;
+    assert!(r.starts_with("HTTP/1.1 431 "), "{}", &r[..r.len().min(200)]);
+    // More than 100 fields in a small head, sent whole: 431 too, not 414.
+    let fields: String = (0..101).map(|i| format!("X-{i}: v\r\n")).collect();
+    let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{fields}\r\n");
+    let r = server.raw(many.as_bytes(), Duration::from_secs(5)).await?;
     assert!(r.starts_with("HTTP/1.1 431 "), "{}", &r[..r.len().min(200)]);
     // A long line that fits is fine.
     let ok = format!(
@@ -177,6 +222,26 @@ async fn smuggling_attempts_get_400_or_one_answer_and_a_close() -> Result<()> {
             r.starts_with("HTTP/1.1 400") || r.starts_with("HTTP/1.1 501"),
             "{:?} -> {r}",
             String::from_utf8_lossy(raw)
+        );
+    }
+    // One Transfer-Encoding line: `chunked` once and alone, or refused
+    // (and the connection closed) before the servlet reads a byte.
+    for (coding, want) in [
+        ("chunked, chunked", "400"),
+        ("gzip, chunked", "501"),
+        ("identity, chunked", "501"),
+        ("Chunked", "200"),
+    ] {
+        let raw = format!(
+            "POST /len HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: {coding}\r\n\r\n4\r\nabcd\r\n0\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        );
+        let r = server.raw(raw.as_bytes(), Duration::from_secs(3)).await?;
+        assert_eq!(r.get(9..12), Some(want), "{coding} -> {r}");
+        let answers = r.matches("HTTP/1.1 ").count();
+        assert_eq!(
+            answers,
+            if want == "200" { 2 } else { 1 },
+            "{coding} -> {r}"
         );
     }
     assert_eq!(server.get("/").await?.status, StatusCode::OK);
@@ -310,6 +375,84 @@ async fn a_client_that_stops_reading_is_dropped_after_send_timeout() -> Result<(
     let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got)).await;
     assert!(read.is_ok(), "the connection was not closed");
     assert!(got.len() < 64 << 20, "everything arrived: {}", got.len());
+    Ok(())
+}
+
+/// One HTTP/2 client that opens many streams for a large file and never
+/// opens its window: its connection holds at most 32 of them open (the
+/// rest get 503 before a file is opened; 165 such clients used up the
+/// process's descriptors), and answering its PINGs is not progress: the
+/// stalled streams are dropped at `send_timeout`.
+#[tokio::test]
+async fn an_http2_client_holds_few_files_and_pings_do_not_keep_it_past_send_timeout() -> Result<()>
+{
+    let (_site, server) = server_with("send_timeout = \"1s\"").await?;
+    let mut conn = H2Conn::open(server.addr()).await?;
+    // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0.
+    conn.send(&h2raw::frame(kind::SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]))
+        .await;
+    let streams: Vec<u32> = (0..40).map(|i| 1 + 2 * i).collect();
+    for &id in &streams {
+        conn.send(&h2raw::frame(
+            kind::HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            id,
+            &h2raw::get_headers("/big.bin", "a"),
+        ))
+        .await;
+    }
+    let (mut ok, mut refused, mut saw_503) = (0, 0, false);
+    while ok + refused < streams.len() {
+        let Some(f) = conn
+            .wait_for(Duration::from_secs(5), |f| f.kind == kind::HEADERS)
+            .await
+        else {
+            break;
+        };
+        // :status 200 is static index 8 (0x88). The first 503 is a literal
+        // value, plain or Huffman-coded (RFC 7541 Appendix B: 011011 00000
+        // 011001 and padding); the encoder indexes it, and the others
+        // name it by that index.
+        if f.payload.first() == Some(&0x88) {
+            ok += 1;
+        } else {
+            refused += 1;
+            saw_503 |= f
+                .payload
+                .windows(3)
+                .any(|w| w == b"503" || w == [0x6c, 0x0c, 0xff]);
+        }
+    }
+    assert_eq!((ok, refused, saw_503), (32, 8, true));
+    // Others are served meanwhile.
+    assert_eq!(server.get("/big.bin").await?.status, StatusCode::OK);
+    // PINGs and cheap requests (HEAD /, answered at once) every 200 ms:
+    // the connection is still dropped, within the send timeout and the
+    // watchdog's rechecks.
+    let mut head = vec![0x02, 4];
+    head.extend_from_slice(b"HEAD");
+    head.extend_from_slice(&[0x86, 0x04, 1, b'/', 0x01, 1, b'a']);
+    let started = Instant::now();
+    let mut closed = false;
+    let mut buf = [0u8; 4096];
+    let mut id = 101;
+    while !closed && started.elapsed() < Duration::from_secs(8) {
+        let mut frames = h2raw::frame(kind::PING, 0, 0, &[0; 8]);
+        frames.extend(h2raw::frame(
+            kind::HEADERS,
+            flag::END_HEADERS | flag::END_STREAM,
+            id,
+            &head,
+        ));
+        id += 2;
+        if !conn.send(&frames).await {
+            closed = true;
+            break;
+        }
+        let read = tokio::time::timeout(Duration::from_millis(200), conn.stream.read(&mut buf));
+        closed = matches!(read.await, Ok(Ok(0) | Err(_)));
+    }
+    assert!(closed, "still open after {:?}", started.elapsed());
     Ok(())
 }
 

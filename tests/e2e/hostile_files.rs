@@ -65,6 +65,15 @@ async fn a_servlets_folder_inside_the_root_is_never_served() -> Result<()> {
         )?,
     )?;
     site.file("www/servlets/notes/main.c", "int secret_source;")?;
+    // Links into the servlets folder, to a file and to a folder.
+    symlink(
+        site.path().join("www/servlets/hello.wasm"),
+        site.path().join("www/e.wasm"),
+    )?;
+    symlink(
+        site.path().join("www/servlets/notes"),
+        site.path().join("www/notes-alias"),
+    )?;
     let config = site.config(
         "[server]\nmax_instances = 8\n[[site]]\nroot = \"www\"\nservlets = \"www/servlets\"\n[site.servlet]\nprewarm = 0\n",
     )?;
@@ -75,6 +84,9 @@ async fn a_servlets_folder_inside_the_root_is_never_served() -> Result<()> {
         "/servlets/notes/main.c",
         "/servlets/",
         "/servlets",
+        "/e.wasm",
+        "/notes-alias/main.c",
+        "/notes-alias/",
     ] {
         assert_eq!(
             server.get(path).await?.status,
@@ -238,10 +250,29 @@ async fn link_loops_and_links_to_parents_do_not_hang_or_escape() -> Result<()> {
         site.path().join("www/loop-a"),
     )?;
     symlink(site.path(), site.path().join("www/parent"))?;
+    // One folder under three names (one link sorts before it, one after,
+    // one relative): each name serves it.
+    site.file("www/x/hi.txt", "hi")?;
+    symlink(site.path().join("www/x"), site.path().join("www/a"))?;
+    symlink("../www/x", site.path().join("www/x2"))?;
+    // A link to a dotfile does not serve it.
+    site.file("www/.env", "SECRET=1")?;
+    symlink(
+        site.path().join("www/.env"),
+        site.path().join("www/env.txt"),
+    )?;
     let config = site.config("[[site]]\nroot = \"www\"\n")?;
     let server = tokio::time::timeout(Duration::from_secs(10), TestServer::start(config)).await??;
     assert_eq!(server.get("/").await?.text(), "home");
-    for path in ["/parent/secret.txt", "/loop-a", "/d/again/again/x"] {
+    for path in ["/a/hi.txt", "/x/hi.txt", "/x2/hi.txt"] {
+        assert_eq!(server.get(path).await?.text(), "hi", "{path}");
+    }
+    for path in [
+        "/parent/secret.txt",
+        "/loop-a",
+        "/d/again/again/x",
+        "/env.txt",
+    ] {
         let r = server.get(path).await?;
         assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}");
         assert!(!r.text().contains("SECRET"));

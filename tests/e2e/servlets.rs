@@ -199,6 +199,44 @@ async fn spent_instances_give_their_slots_back_for_the_next_requests() -> Result
     Ok(())
 }
 
+/// Four servlets that each want four instances ready, in a process
+/// allowed four in all: every one loads (none refused after waiting for a
+/// slot another's idle instances held) and every one answers, taking the
+/// place of another's idle instance when it needs one. Before, the first
+/// to fill held every slot: the others were refused at load or answered
+/// 503 for good.
+#[tokio::test]
+async fn servlets_whose_prewarm_fills_max_instances_all_load_and_answer() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "static home")?;
+    let names = ["a", "b", "c", "d"];
+    for name in names {
+        site.file(&format!("servlets/{name}.wasm"), counter())?;
+    }
+    let config = site.config(
+        "[server]\nmax_instances = 4\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nprewarm = 4\nqueue_timeout = \"2s\"\n",
+    )?;
+    let started = Instant::now();
+    let server = TestServer::start(config).await?;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "loading waited for slots: {:?}",
+        started.elapsed()
+    );
+    for round in 0..10 {
+        for name in names {
+            let r = server.get(&format!("/{name}")).await?;
+            assert_eq!(
+                (r.status, r.text()),
+                (StatusCode::OK, "1".to_owned()),
+                "round {round}, /{name}"
+            );
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn reuse_lets_one_instance_serve_several_requests() -> Result<()> {
     let (_site, server) = start(

@@ -49,6 +49,9 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
         s.runtime.as_str()
     );
     outln!("  max_connections     {}", s.max_connections);
+    if let Some(warning) = swan::server::listener::descriptor_warning(s.max_connections) {
+        outln!("  warning: {warning}");
+    }
     outln!(
         "  max_header_bytes    {}",
         human_bytes(s.max_header_bytes as u64)

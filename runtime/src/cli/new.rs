@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use include_dir::{Dir, include_dir};
 
 use swan::toolchain::Lang;
@@ -47,23 +47,70 @@ pub(crate) fn list() {
 pub(crate) fn create(name: &str, lang: Lang, dir: &Path) -> anyhow::Result<PathBuf> {
     check_name(name)?;
     let dest = dir.join(name);
-    if dest.exists() {
-        bail!(
+    if dest.symlink_metadata().is_ok() {
+        return Err(Refused(format!(
             "{} exists already: pick another name or remove it",
             dest.display()
-        );
+        ))
+        .into());
     }
     let template = TEMPLATES
         .get_dir(lang.template())
         .with_context(|| format!("no template {} in this build", lang.template()))?;
-    let sdk = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../guest-sdk")
-        .canonicalize()
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk"));
     std::fs::create_dir_all(&dest).with_context(|| format!("cannot create {}", dest.display()))?;
-    write_dir(template, Path::new(lang.template()), &dest, name, &sdk)?;
+    let sdk = Path::new(SDK_FOLDER);
+    write_dir(template, Path::new(lang.template()), &dest, name, sdk)?;
+    if template
+        .get_file(Path::new(lang.template()).join("Cargo.toml"))
+        .and_then(|f| f.contents_utf8())
+        .is_some_and(|t| t.contains("{{sdk_path}}"))
+    {
+        write_sdk(&dest.join(SDK_FOLDER))?;
+    }
     Ok(dest)
 }
+
+/// Where a Rust servlet gets its copy of the SDK crate, inside its own
+/// folder: the crate is not on crates.io, and a path into the source tree
+/// this binary was built from would not exist where the binary is copied.
+const SDK_FOLDER: &str = "swan-guest";
+
+/// The Rust SDK's sources, built into the binary.
+static SDK: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/../guest-sdk/src");
+
+/// Writes the SDK crate (this swan's version) into `dir`.
+fn write_sdk(dir: &Path) -> anyhow::Result<()> {
+    let manifest = format!(
+        "# swan's Rust SDK for servlets, copied by `swan new` from swan {version}.\n\
+         [package]\nname = \"swan-guest\"\nversion = \"{version}\"\nedition = \"2024\"\npublish = false\n\n[dependencies]\n",
+        version = env!("CARGO_PKG_VERSION")
+    );
+    std::fs::create_dir_all(dir.join("src"))?;
+    std::fs::write(dir.join("Cargo.toml"), manifest)
+        .with_context(|| format!("cannot write {}", dir.display()))?;
+    copy_tree(&SDK, &dir.join("src"))
+}
+
+/// Writes every file of `tree` under `dest`, sub-folders included.
+fn copy_tree(tree: &Dir<'_>, dest: &Path) -> anyhow::Result<()> {
+    for file in tree.files() {
+        let target = dest.join(file.path());
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&target, file.contents())
+            .with_context(|| format!("cannot write {}", target.display()))?;
+    }
+    for sub in tree.dirs() {
+        copy_tree(sub, dest)?;
+    }
+    Ok(())
+}
+
+/// A name `swan new` refuses, or one taken already: a usage error.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Refused(String);
 
 /// Names become a route, a file name, a Cargo and an npm package name: a
 /// lower-case letter, then lower-case letters, digits, `-` or `_`.
@@ -73,9 +120,10 @@ fn check_name(name: &str) -> anyhow::Result<()> {
     let rest_ok =
         chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
     if !first_ok || !rest_ok || name.len() > 64 {
-        bail!(
+        return Err(Refused(format!(
             "invalid servlet name {name:?}: use a lower-case letter, then lower-case letters, digits, '-' or '_' (it becomes the route /{name})"
-        );
+        ))
+        .into());
     }
     Ok(())
 }

@@ -24,6 +24,27 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         .file
         .as_deref()
         .map_or_else(|| "swan.toml".to_owned(), |f| f.display().to_string());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    // Before loading, which can take minutes (source builds): a SIGHUP,
+    // SIGUSR1 or SIGUSR2 sent meanwhile (a log rotation, a reload) must not
+    // meet the default action, which ends the process. They take effect
+    // once serving. SIGTERM and SIGINT keep theirs until the banner: a
+    // server stopped while it loads ends at once.
+    let mut signals = {
+        let _context = runtime.enter();
+        Signals::register()
+    };
+    if let Some(warning) = swan::server::listener::descriptor_warning(config.server.max_connections)
+    {
+        tracing::warn!("{warning}");
+    }
+    // Started by an upgrade: the old process's sockets, not a second bind.
+    // Taken before loading, which marks them close-on-exec: a source build
+    // must not inherit them (or the pipe that says this process is ready).
+    let mut inherited = Inherited::from_env().context("cannot take over from the old process")?;
     let mut app = App::load(&config).context("cannot load the sites")?;
     app.start_access_log(&config.log)
         .with_context(|| format!("check `access` in [log] of {file}"))?;
@@ -31,8 +52,6 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         RuntimeModel::PerCore => config.server.workers,
         RuntimeModel::Shared => 1,
     };
-    // Started by an upgrade: the old process's sockets, not a second bind.
-    let mut inherited = Inherited::from_env().context("cannot take over from the old process")?;
     let mut listeners = Vec::new();
     for (i, l) in config.server.listen.iter().enumerate() {
         let group = match inherited.as_mut().and_then(|h| h.take_group(i, l.addr)) {
@@ -87,15 +106,11 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         std::env::args_os().skip(1).collect(),
     )
     .context("cannot keep the listening sockets for upgrades")?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
     // Before the banner: a signal sent once the banner is out must not meet
     // the default action, which ends the process without a drain.
-    let mut signals = {
+    let mut stop = {
         let _context = runtime.enter();
-        Signals::register()
+        Stop::register()
     };
     print_banner(&config, &app.sites.load(), &bound, started);
     if let Some(admin) = &admin {
@@ -132,7 +147,6 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         }
         let observe = app.observe.clone();
         let shutdown = async move {
-            let mut stop = signals.stop;
             tokio::select! {
                 () = stop.recv() => drain_grace(&observe, grace, &mut stop).await,
                 () = upgrade_on_sigusr2(handover, signals.usr2) => {
@@ -234,10 +248,21 @@ async fn reopen_on_sigusr1(log: swan::observe::access_log::AccessLog, mut usr1: 
     }
 }
 
-/// The signals swan answers. Registered all at once, before the banner,
+/// Listens for `kind`; `None`, with a warning saying what is lost
+/// (`without`), when it cannot. Needs a tokio runtime's context.
+fn listen(kind: SignalKind, without: &str) -> Option<Signal> {
+    match signal(kind) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for a signal; {without}");
+            None
+        }
+    }
+}
+
+/// The signals swan answers besides stopping, registered before loading
 /// since the default action for each of them ends the process.
 struct Signals {
-    stop: Stop,
     hup: Option<Signal>,
     usr1: Option<Signal>,
     usr2: Option<Signal>,
@@ -246,18 +271,7 @@ struct Signals {
 impl Signals {
     /// Needs a tokio runtime's context.
     fn register() -> Self {
-        let listen = |kind: SignalKind, without: &str| match signal(kind) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for a signal; {without}");
-                None
-            }
-        };
         Signals {
-            stop: Stop {
-                term: listen(SignalKind::terminate(), "stop swan with SIGINT or SIGKILL"),
-                int: listen(SignalKind::interrupt(), "stop swan with SIGTERM or SIGKILL"),
-            },
             hup: listen(
                 SignalKind::hangup(),
                 "the configuration reloads only when its file changes",
@@ -278,6 +292,14 @@ struct Stop {
 }
 
 impl Stop {
+    /// Needs a tokio runtime's context.
+    fn register() -> Stop {
+        Stop {
+            term: listen(SignalKind::terminate(), "stop swan with SIGINT or SIGKILL"),
+            int: listen(SignalKind::interrupt(), "stop swan with SIGTERM or SIGKILL"),
+        }
+    }
+
     async fn recv(&mut self) {
         async fn on(signal: &mut Option<Signal>) {
             match signal {

@@ -38,21 +38,34 @@ impl Config {
     /// current folder if present, else the built-in defaults; then applies
     /// the overrides and validates the result.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let given = file.is_some();
         let file = match file {
             Some(f) => Some(f.to_path_buf()),
             None => {
+                // Any entry by that name, a folder or a broken link too:
+                // an error below, not the built-in defaults served instead.
                 let default = PathBuf::from(DEFAULT_CONFIG_FILE);
-                default.is_file().then_some(default)
+                default.symlink_metadata().is_ok().then_some(default)
             }
         };
         let Some(path) = file else {
             let mut config = Config::defaults();
+            // `swan new` puts servlets in `servlets/` when there is no
+            // configuration: served when it exists (and no flag names the
+            // site's folders).
+            if overrides.root.is_none()
+                && overrides.servlets.is_none()
+                && Path::new(DEFAULT_SERVLETS).is_dir()
+            {
+                config.sites[0].servlets = Some(PathBuf::from(DEFAULT_SERVLETS));
+            }
             let mut positions = Positions {
                 sites: vec![SitePositions::default()],
                 dropped_sites: false,
                 stores: Vec::new(),
                 tls: None,
                 access_log: None,
+                servlets_to_be_made: false,
             };
             config.apply(overrides, &mut positions)?;
             let findings = validate::check(&config, &positions);
@@ -64,11 +77,16 @@ impl Config {
             };
         };
         let source = std::fs::read_to_string(&path).map_err(|e| {
+            let hint = if given {
+                "check the path given to --config"
+            } else {
+                "swan reads swan.toml in the current folder when there is one: make it a readable file, or remove it to use the built-in defaults"
+            };
             ConfigError::single(
                 &path,
                 "(file)",
                 format!("cannot read the configuration file: {e}"),
-                Some("check the path given to --config".to_owned()),
+                Some(hint.to_owned()),
             )
         })?;
         let base = match path.parent() {
@@ -136,10 +154,35 @@ impl Config {
             self.server.listen.retain(|l| l.tls);
             let plain = listen.into_iter().map(ListenerConfig::plain);
             self.server.listen.splice(0..0, plain);
+            // As in the file: no two listeners (the admin one included)
+            // on one address.
+            let all = &self.server.listen;
+            let admin = self.admin.as_ref().map(|a| ("[admin] listen", a.listen));
+            let named = all.iter().map(|l| ("a listener", l.addr)).chain(admin);
+            for (i, (_, addr)) in named.clone().enumerate() {
+                if let Some((what, other)) = named
+                    .clone()
+                    .take(i)
+                    .find(|(_, other)| read::overlap(*other, addr))
+                {
+                    problems.push(Problem {
+                        file: PathBuf::from("(command line)"),
+                        line: 0,
+                        column: 0,
+                        key: "--listen".to_owned(),
+                        message: format!("{addr} overlaps {what} on {other}"),
+                        hint: Some("give each listener its own address and port".to_owned()),
+                    });
+                }
+            }
+            if !problems.is_empty() {
+                return Err(ConfigError::new(problems));
+            }
         }
         if overrides.dev {
             self.server.development = true;
         }
+        positions.servlets_to_be_made = overrides.servlets_to_be_made;
         if let Some(i) = self.sites.iter().position(|s| s.default) {
             let site = &mut self.sites[i];
             let mut at = positions.sites.get_mut(i);
@@ -319,6 +362,8 @@ mod tests {
         assert!(RoutePath::parse("/a/../b").is_err());
         assert!(RoutePath::parse("/a%2fb").is_err());
         assert!(RoutePath::parse("/.hidden").is_err());
+        assert!(RoutePath::parse("/a?b").is_err());
+        assert!(RoutePath::parse("/a#b/*").is_err());
     }
 
     /// Every key a table lists as known is read, and every key read is

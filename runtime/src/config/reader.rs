@@ -302,7 +302,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
             Unit {
                 what: "duration",
                 expected: "a duration string",
-                hint: "write a string with a unit, at most a year: \"500ms\", \"10s\", \"2m\", \"1h\"",
+                hint: "write a string with a unit, from 1ms to a year: \"500ms\", \"10s\", \"2m\", \"1h\"",
                 parse: parse_duration,
                 integer: None,
             },
@@ -511,9 +511,11 @@ pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
         "h" => number * 3600.0,
         _ => return None,
     };
+    // Timeouts are kept in milliseconds: a nonzero duration under one
+    // would act as zero (every connection cut at once).
     Duration::try_from_secs_f64(seconds)
         .ok()
-        .filter(|d| *d <= MAX_DURATION)
+        .filter(|d| *d <= MAX_DURATION && (d.is_zero() || *d >= Duration::from_millis(1)))
 }
 
 /// The longest duration any key takes (a year): past it, millisecond
@@ -541,6 +543,10 @@ mod tests {
         assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
         assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
         assert_eq!(parse_duration("10"), None);
+        assert_eq!(parse_duration("0.0001ms"), None);
+        assert_eq!(parse_duration("0.5ms"), None);
+        assert_eq!(parse_duration("1ms"), Some(Duration::from_millis(1)));
+        assert_eq!(parse_duration("0s"), Some(Duration::ZERO));
     }
 
     #[test]

@@ -95,17 +95,20 @@ impl StoreKind {
 }
 
 /// `url` with the password of its user information replaced by `***`.
+/// The user information runs to the last `@`: a password with an
+/// unencoded `/`, `?` or `#` in it must not end it early and show.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_owned(),
-        },
+    let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let odd = |s: &str| s.contains(['/', '?', '#']);
+    match userinfo.split_once(':') {
+        Some((user, _password)) if !odd(user) => format!("{scheme}://{user}:***@{host}"),
+        Some(_) => format!("{scheme}://***@{host}"),
+        None if odd(userinfo) => format!("{scheme}://***@{host}"),
         None => url.to_owned(),
     }
 }
@@ -139,6 +142,13 @@ mod tests {
                 "rediss://app:***@host/0?x=1",
             ),
             ("redis://user@host", "redis://user@host"),
+            (
+                "redis://:s3cr/et@127.0.0.1:6379/0",
+                "redis://:***@127.0.0.1:6379/0",
+            ),
+            ("redis://app:s3c?ret@h/0", "redis://app:***@h/0"),
+            ("redis://s3cret#x@h", "redis://***@h"),
+            ("redis://a/b:s3cret@h", "redis://***@h"),
             ("unix:///run/redis.sock", "unix:///run/redis.sock"),
         ] {
             let kind = StoreKind::Redis {

@@ -21,6 +21,10 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_CONFIG_FILE: &str = "swan.toml";
 /// Site root used when neither the config file nor `--root` names one.
 pub const DEFAULT_ROOT: &str = "www";
+
+/// The servlets folder the built-in defaults serve when it exists (where
+/// `swan new` puts servlets when there is no configuration).
+pub const DEFAULT_SERVLETS: &str = "servlets";
 /// Largest request head (request line and headers), in bytes.
 pub const DEFAULT_MAX_HEADER_BYTES: u64 = 16 << 10;
 /// Largest request body accepted, in bytes.
@@ -336,6 +340,12 @@ impl RoutePath {
         if base.contains('*') {
             return Err(format!("{s:?}: `*` may only end a path, as in \"/api/*\""));
         }
+        // A request's path never holds these: such a route never matches.
+        if base.contains(['?', '#']) {
+            return Err(format!(
+                "{s:?}: a route is a path; a query (`?`) or fragment (`#`) never matches (write `%3F` or `%23` for the character itself)"
+            ));
+        }
         if base.contains("//") || base.split('/').any(|seg| seg == "." || seg == "..") {
             return Err(format!("{s:?} is not a normalised path"));
         }
@@ -456,4 +466,7 @@ pub struct Overrides {
     pub servlets: Option<PathBuf>,
     /// `--dev`: development mode, as `mode = "development"`.
     pub dev: bool,
+    /// `swan new`: the default site's servlets folder may not exist yet
+    /// (it is about to be made), and is not a configuration error.
+    pub servlets_to_be_made: bool,
 }

@@ -40,6 +40,8 @@ pub(crate) struct Positions {
     pub(crate) tls: Option<Range<usize>>,
     /// The `access` value of `[log]`, if written.
     pub(crate) access_log: Option<Range<usize>>,
+    /// `swan new`: the default site's servlets folder may not exist yet.
+    pub(crate) servlets_to_be_made: bool,
 }
 
 /// Where a store's values came from.
@@ -190,6 +192,7 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
         }
         if let Some(servlets) = &site.servlets
             && !servlets.is_dir()
+            && !(site.default && positions.servlets_to_be_made)
         {
             finding(
                 At::SiteServlets(i),

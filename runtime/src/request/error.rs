@@ -30,6 +30,16 @@ pub enum RequestError {
     /// what follows cannot be trusted.
     #[error("ambiguous body framing: {0}")]
     AmbiguousFraming(&'static str),
+    /// The body has a transfer coding other than `chunked` (`gzip,
+    /// chunked`): 501 (RFC 9112 §6.1), and the connection is closed, as
+    /// for ambiguous framing.
+    #[error("transfer coding not implemented")]
+    TransferCoding,
+    /// The server cannot take this request now (no file descriptor left to
+    /// open its file, or its connection holds as many files open as it
+    /// may): 503 with `Retry-After`.
+    #[error("unavailable: {0}")]
+    Unavailable(&'static str),
     /// Nothing answers this path.
     #[error("not found")]
     NotFound,
@@ -103,15 +113,16 @@ impl RequestError {
             RequestError::BadRequest(_) | RequestError::AmbiguousFraming(_) => {
                 StatusCode::BAD_REQUEST
             }
+            RequestError::TransferCoding => StatusCode::NOT_IMPLEMENTED,
             RequestError::NotFound => StatusCode::NOT_FOUND,
             RequestError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             RequestError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             RequestError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             RequestError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             RequestError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
-            RequestError::ServletBusy | RequestError::StoreUnavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            RequestError::ServletBusy
+            | RequestError::StoreUnavailable
+            | RequestError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             RequestError::ServletTimeout => StatusCode::GATEWAY_TIMEOUT,
             RequestError::ServletFault
             | RequestError::ServletTrapped { .. }
@@ -144,7 +155,8 @@ impl RequestError {
             }
             RequestError::PayloadTooLarge
             | RequestError::BodyTimeout
-            | RequestError::AmbiguousFraming(_) => {
+            | RequestError::AmbiguousFraming(_)
+            | RequestError::TransferCoding => {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             RequestError::RangeNotSatisfiable { len } => {
@@ -152,7 +164,9 @@ impl RequestError {
                     headers.insert(header::CONTENT_RANGE, v);
                 }
             }
-            RequestError::ServletBusy | RequestError::StoreUnavailable => {
+            RequestError::ServletBusy
+            | RequestError::StoreUnavailable
+            | RequestError::Unavailable(_) => {
                 headers.insert(
                     header::RETRY_AFTER,
                     HeaderValue::from(RETRY_AFTER.as_secs()),

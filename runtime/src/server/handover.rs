@@ -293,11 +293,15 @@ impl Handover {
         // The child has its copies; without ours, its pipe end closing
         // (it exited) is seen as end of file.
         drop(passed);
-        let mut child = spawned.map_err(|source| HandoverError::Spawn {
+        let child = spawned.map_err(|source| HandoverError::Spawn {
             program: self.program.clone(),
             source,
         })?;
         let pid = child.id();
+        // Stopped unless it reports ready: also when this wait is abandoned
+        // (the server was told to stop meanwhile), or it would serve on
+        // after this process exits, with nobody the wiser.
+        let mut child = Unready(Some(child));
         tracing::info!(pid, program = %self.program.display(), "upgrade: new process started; waiting until it is ready");
         let read = tokio::task::spawn_blocking(move || {
             let mut pipe = std::fs::File::from(ready_rx);
@@ -306,22 +310,49 @@ impl Handover {
             got
         });
         match tokio::time::timeout(timeout, read).await {
-            Ok(Ok(got)) if got == READY => Ok(Successor { pid }),
+            Ok(Ok(got)) if got == READY => {
+                child.0 = None;
+                Ok(Successor { pid })
+            }
             Ok(_) => {
                 // It closed the pipe without a word: it exited, or is a
                 // program that does not speak this protocol.
-                let _ = child.kill();
-                let status = match tokio::task::spawn_blocking(move || child.wait()).await {
-                    Ok(Ok(s)) => s.to_string(),
+                let status = match tokio::task::spawn_blocking(move || child.stop()).await {
+                    Ok(Some(s)) => s.to_string(),
                     _ => "unknown status".to_owned(),
                 };
                 Err(HandoverError::Exited { status })
             }
             Err(_) => {
-                let _ = child.kill();
-                let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+                let _ = tokio::task::spawn_blocking(move || child.stop()).await;
                 Err(HandoverError::Timeout(timeout))
             }
+        }
+    }
+}
+
+/// A new process that has not reported ready: killed and reaped when this
+/// is dropped, unless it was taken out.
+struct Unready(Option<std::process::Child>);
+
+impl Unready {
+    /// Kills and reaps the process; its exit status.
+    fn stop(mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.0.take()?;
+        let _ = child.kill();
+        child.wait().ok()
+    }
+}
+
+impl Drop for Unready {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            tracing::warn!(
+                pid = child.id(),
+                "upgrade abandoned (this process is stopping): the new process is stopped"
+            );
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 }

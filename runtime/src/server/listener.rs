@@ -36,6 +36,19 @@ impl BindError {
     }
 }
 
+/// A warning when `max_connections` is at or past the process's
+/// open-file limit (`ulimit -n`): each connection takes a descriptor, and
+/// a file being streamed another, so past the limit accepting fails and
+/// backs off while connections wait.
+pub fn descriptor_warning(max_connections: usize) -> Option<String> {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current?;
+    (max_connections as u64 >= limit).then(|| {
+        format!(
+            "max_connections ({max_connections}) is at or past the open-file limit ({limit}): each connection takes a descriptor (and a file being streamed another); lower max_connections below it, or raise the limit (ulimit -n, LimitNOFILE=)"
+        )
+    })
+}
+
 /// Binds `per_addr` sockets to each address, sharing the port with
 /// `SO_REUSEPORT` within this process only; port 0 picks one free port
 /// shared by the whole group. Returns one group per address.

@@ -15,6 +15,7 @@ use super::sendfile::Chunk;
 use super::watchdog::Sending;
 use crate::app::{App, Exchange};
 use crate::body::Body;
+use crate::static_files::FilePlace;
 
 /// A response body that marks its response in flight until it is sent
 /// (or dropped), and finishes its exchange (access log line, streamed
@@ -49,6 +50,9 @@ impl SentBody {
         gate: Option<Box<FileGate>>,
         h2: bool,
     ) -> SentBody {
+        if gate.is_some() {
+            sending.waiting();
+        }
         SentBody {
             inner,
             sending: Some(sending),
@@ -66,13 +70,16 @@ impl SentBody {
 pub(crate) struct FileGate {
     places: tokio_util::sync::PollSemaphore,
     held: Option<OwnedSemaphorePermit>,
+    /// The body's place among the files its connection holds open.
+    _open: Option<FilePlace>,
 }
 
 impl FileGate {
-    pub(crate) fn new(places: Arc<tokio::sync::Semaphore>) -> FileGate {
+    pub(crate) fn new(places: Arc<tokio::sync::Semaphore>, open: Option<FilePlace>) -> FileGate {
         FileGate {
             places: tokio_util::sync::PollSemaphore::new(places),
             held: None,
+            _open: open,
         }
     }
 
@@ -140,7 +147,12 @@ impl http_body::Body for SentBody {
     ) -> Poll<Option<Result<Frame<Chunk>, std::io::Error>>> {
         let this = self.get_mut();
         if let Some(gate) = this.gate.as_mut() {
+            let waited = gate.held.is_none();
             ready!(gate.poll_enter(cx));
+            if waited && let Some(sending) = &this.sending {
+                // Its turn: the send timeout runs from now.
+                sending.progressed();
+            }
         }
         let polled = if this.rest.is_empty() {
             ready!(Pin::new(&mut this.inner).poll_frame(cx))
@@ -159,10 +171,14 @@ impl http_body::Body for SentBody {
             })),
             other => other,
         };
-        if this.exchange.is_some()
-            && let Some(Ok(frame)) = &polled
+        if let Some(Ok(frame)) = &polled
             && let Some(data) = frame.data_ref()
         {
+            if this.in_pieces
+                && let Some(sending) = &this.sending
+            {
+                sending.progressed();
+            }
             this.bytes += data.len() as u64;
         }
         Poll::Ready(polled.map(|frame| frame.map(|f| f.map_data(Chunk::new))))

@@ -184,6 +184,11 @@ impl<S> Drop for WatchedIo<S> {
     }
 }
 
+/// Whether `read`, which ends with `\n`, ends with a blank line.
+fn ends_blank_line(read: &[u8]) -> bool {
+    read.ends_with(b"\n\r\n") || read.ends_with(b"\n\n")
+}
+
 /// Whether bytes ending with `tail` end a head: a blank line, `\r\n\r\n`
 /// or, as hyper also accepts, bare `\n\n`.
 fn ends_head(tail: &[u8; 4]) -> bool {
@@ -231,8 +236,17 @@ impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {
             if this.state.touch_read() {
                 this.line_done = false;
             }
-            if !this.line_done && new.contains(&b'\n') {
-                this.line_done = true;
+            // HTTP/1 heads only (a body being read is left alone): the
+            // last line ending read tells. A blank line with more bytes
+            // after it leaves the next request's line open (a head
+            // pipelined behind another in one read is judged on its own);
+            // any other ends a line of the head being read, and a read
+            // that ends with a blank line is a whole head.
+            if !this.state.h2.load(Ordering::Relaxed)
+                && !this.state.reading_body()
+                && let Some(at) = new.iter().rposition(|&b| b == b'\n')
+            {
+                this.line_done = !ends_blank_line(&new[..=at]) || at + 1 == new.len();
             }
         }
         result

@@ -143,6 +143,14 @@ pub(crate) struct ConnState {
     /// HTTP/2: the files being read for this connection's streams at once
     /// (made on the first).
     h2_files: std::sync::OnceLock<Arc<tokio::sync::Semaphore>>,
+    /// HTTP/2: the files this connection's streams may hold open at once
+    /// (made on the first request).
+    h2_open: std::sync::OnceLock<Arc<tokio::sync::Semaphore>>,
+    /// HTTP/2: each response being sent, its last progress (coarse ms; 0
+    /// while it waits its turn to read its file). The connection is
+    /// dropped when one makes none for `send_timeout`: another stream's
+    /// progress, a new request or a PING does not keep a stalled one alive.
+    h2_progress: std::sync::Mutex<Vec<std::sync::Weak<AtomicU64>>>,
 }
 
 impl ConnState {
@@ -164,6 +172,8 @@ impl ConnState {
             uri_too_long: AtomicBool::new(false),
             sendfile: Handoff::default(),
             h2_files: std::sync::OnceLock::new(),
+            h2_open: std::sync::OnceLock::new(),
+            h2_progress: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -171,6 +181,14 @@ impl ConnState {
     /// of `places` for the connection (made on the first).
     pub(crate) fn h2_files(&self, places: usize) -> Arc<tokio::sync::Semaphore> {
         self.h2_files
+            .get_or_init(|| Arc::new(tokio::sync::Semaphore::new(places)))
+            .clone()
+    }
+
+    /// HTTP/2: the budget of files open at once for this connection's
+    /// streams, `places` in all (made on the first).
+    pub(crate) fn h2_open_files(&self, places: usize) -> Arc<tokio::sync::Semaphore> {
+        self.h2_open
             .get_or_init(|| Arc::new(tokio::sync::Semaphore::new(places)))
             .clone()
     }
@@ -187,6 +205,24 @@ impl ConnState {
         self.exchange_ms.store(clock::now_ms(), Ordering::Relaxed);
     }
 
+    /// HTTP/2: the last progress of the response that has gone longest
+    /// without any (`None` for HTTP/1, or when none is being sent).
+    fn h2_stalled_since(&self) -> Option<u64> {
+        if !self.h2.load(Ordering::Relaxed) {
+            return None;
+        }
+        let streams = self
+            .h2_progress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        streams
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .map(|p| p.load(Ordering::Relaxed))
+            .filter(|&ms| ms != 0)
+            .min()
+    }
+
     /// Marks the connection draining (the server shuts down).
     pub(crate) fn start_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
@@ -196,10 +232,13 @@ impl ConnState {
     fn deadline(&self, limits: Limits, closing_since: Option<u64>, park: bool) -> (u64, Verdict) {
         let now = clock::now_ms();
         if self.sending.load(Ordering::Relaxed) > 0 {
-            let progress = self
-                .write_ms
-                .load(Ordering::Relaxed)
-                .max(self.exchange_ms.load(Ordering::Relaxed));
+            let progress = match self.h2_stalled_since() {
+                Some(since) => since,
+                None => self
+                    .write_ms
+                    .load(Ordering::Relaxed)
+                    .max(self.exchange_ms.load(Ordering::Relaxed)),
+            };
             return (progress + limits.send_ms, Verdict::Drop);
         }
         if self.handling.load(Ordering::Relaxed) > 0 {
@@ -239,6 +278,12 @@ impl ConnState {
             && self.head_started_ms.load(Ordering::Relaxed) != 0
     }
 
+    /// HTTP/1: a request with a body is being handled (what is read now
+    /// is its body, or a head pipelined behind it).
+    pub(super) fn reading_body(&self) -> bool {
+        self.handling.load(Ordering::Relaxed) > 0 && !self.bodyless.load(Ordering::Relaxed)
+    }
+
     pub(super) fn in_flight(&self) -> bool {
         self.handling.load(Ordering::Relaxed) > 0 || self.sending.load(Ordering::Relaxed) > 0
     }
@@ -251,9 +296,15 @@ impl ConnState {
         }
     }
 
-    /// Stamps write progress.
+    /// Stamps write progress: HTTP/1's socket writes. On HTTP/2 a write
+    /// may be the answer to a client's PING or SETTINGS, which would keep
+    /// a stream the client never reads alive past `send_timeout`: there,
+    /// progress is a stream's data taken by hyper ([`Sending::progressed`]),
+    /// which it takes only as the client's window lets it send.
     pub(super) fn wrote(&self) {
-        self.write_ms.store(clock::now_ms(), Ordering::Relaxed);
+        if !self.h2.load(Ordering::Relaxed) {
+            self.write_ms.store(clock::now_ms(), Ordering::Relaxed);
+        }
     }
 
     /// Stamps a read; true when it starts a new HTTP/1 head.
@@ -292,6 +343,12 @@ impl Handling {
         self.0.h2_files(places)
     }
 
+    /// HTTP/2: the files the connection's streams may hold open (see
+    /// [`ConnState::h2_open_files`]).
+    pub(crate) fn h2_open_files(&self, places: usize) -> Arc<tokio::sync::Semaphore> {
+        self.0.h2_open_files(places)
+    }
+
     /// Hands the response's file, or large in-memory body, to the stream
     /// to send itself (see [`Handoff::offer`]).
     pub(crate) fn offer_body(&self, body: &mut crate::body::Body) -> super::sendfile::Handed {
@@ -304,7 +361,17 @@ impl Handling {
         let state = self.0.clone();
         state.sending.fetch_add(1, Ordering::Relaxed);
         drop(self);
-        Sending(state)
+        let progress = state.h2.load(Ordering::Relaxed).then(|| {
+            let progress = Arc::new(AtomicU64::new(clock::now_ms().max(1)));
+            let mut streams = state
+                .h2_progress
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            streams.retain(|p| p.strong_count() > 0);
+            streams.push(Arc::downgrade(&progress));
+            progress
+        });
+        Sending(state, progress)
     }
 }
 
@@ -316,7 +383,25 @@ impl Drop for Handling {
 }
 
 /// Marks a response body being sent for as long as it lives.
-pub(crate) struct Sending(Arc<ConnState>);
+pub(crate) struct Sending(Arc<ConnState>, Option<Arc<AtomicU64>>);
+
+impl Sending {
+    /// HTTP/2: the response's data was taken by hyper (which takes it as
+    /// the client's window lets it send): progress.
+    pub(crate) fn progressed(&self) {
+        if let Some(progress) = &self.1 {
+            progress.store(clock::now_ms().max(1), Ordering::Relaxed);
+        }
+    }
+
+    /// HTTP/2: the response waits its turn to read its file, which is not
+    /// a stall (see `FileGate`); [`Sending::progressed`] ends the wait.
+    pub(crate) fn waiting(&self) {
+        if let Some(progress) = &self.1 {
+            progress.store(0, Ordering::Relaxed);
+        }
+    }
+}
 
 impl Drop for Sending {
     fn drop(&mut self) {

@@ -65,19 +65,29 @@ pub(crate) enum GuestError {
 /// slot: a busy server is not a broken servlet.
 const TRIAL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Makes the trial instance a load checks the servlet with, waiting (up to
-/// [`TRIAL_WAIT`]) while `max_instances` is used up by requests in flight,
-/// instead of refusing a working servlet for it.
-pub(crate) async fn trial_instance<G: Guest>(guest: &G) -> Result<G::Instance, GuestError> {
+/// Makes the trial instance a load checks the servlet with. When
+/// `max_instances` is used up, another servlet's idle instance gives way
+/// (`engine`); when requests in flight hold every slot, it waits (up to
+/// [`TRIAL_WAIT`]) instead of refusing a working servlet for it.
+pub(crate) async fn trial_instance<G: Guest>(
+    engine: &crate::engine::Engine,
+    guest: &G,
+) -> Result<G::Instance, GuestError> {
     let deadline = tokio::time::Instant::now() + TRIAL_WAIT;
     loop {
         match guest.instantiate().await {
             Err(GuestError::PoolFull) if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                // Another servlet's idle instance gives way; failing that
+                // (or if a refill took the place meanwhile), wait a little.
+                if !engine.release_idle(std::ptr::null::<()>()) {
+                    tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                } else {
+                    tokio::task::yield_now().await;
+                }
             }
             Err(GuestError::PoolFull) => {
                 return Err(GuestError::Failed(wasmtime::format_err!(
-                    "no free instance slot for {} s to try it in: raise server.max_instances (every servlet's prewarmed instances hold slots too)",
+                    "no free instance slot for {} s to try it in: raise server.max_instances (requests in flight hold every slot)",
                     TRIAL_WAIT.as_secs()
                 )));
             }

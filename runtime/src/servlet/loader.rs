@@ -173,7 +173,7 @@ impl Loader {
                 )
             })?;
             let _ = stats.compile_time.set(started.elapsed());
-            let pool = InstancePool::new(guest, info.clone(), stats.clone());
+            let pool = InstancePool::new(&self.engine, guest, info.clone(), stats.clone());
             if info.limits.prewarm > 0 {
                 self.engine.spawn_background(pool.clone().fill());
             }
@@ -190,7 +190,7 @@ impl Loader {
                 )
             })?;
             let _ = stats.compile_time.set(started.elapsed());
-            let pool = InstancePool::new(guest, info.clone(), stats.clone());
+            let pool = InstancePool::new(&self.engine, guest, info.clone(), stats.clone());
             if info.limits.prewarm > 0 {
                 self.engine.spawn_background(pool.clone().fill());
             }

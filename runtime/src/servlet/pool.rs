@@ -26,11 +26,14 @@ use super::guest::{Guest, GuestError, Lent};
 use super::info::{CallContext, ServletInfo};
 use super::stats::ServletStats;
 use crate::body::Body;
+use crate::engine::{Engine, IdleInstances};
 use crate::request::RequestError;
 
 /// The instances of one servlet.
 pub(crate) struct InstancePool<G: Guest> {
     guest: G,
+    /// The instance budget this pool shares with every servlet.
+    engine: Arc<Engine>,
     info: Arc<ServletInfo>,
     stats: Arc<ServletStats>,
     /// Instances ready to serve (fresh, or kept for reuse).
@@ -56,7 +59,12 @@ struct Pooled<I> {
 }
 
 impl<G: Guest> InstancePool<G> {
-    pub(crate) fn new(guest: G, info: Arc<ServletInfo>, stats: Arc<ServletStats>) -> Arc<Self> {
+    pub(crate) fn new(
+        engine: &Arc<Engine>,
+        guest: G,
+        info: Arc<ServletInfo>,
+        stats: Arc<ServletStats>,
+    ) -> Arc<Self> {
         let limits = &info.limits;
         // Room for the prewarmed instances and, with reuse, for every
         // instance that comes back from a request.
@@ -65,8 +73,9 @@ impl<G: Guest> InstancePool<G> {
         } else {
             0
         };
-        Arc::new(InstancePool {
+        let pool = Arc::new(InstancePool {
             guest,
+            engine: engine.clone(),
             ready: ArrayQueue::new((limits.prewarm as usize + kept_for_reuse).max(1)),
             permits: Arc::new(Semaphore::new(limits.max_concurrency as usize)),
             refilling: AtomicUsize::new(0),
@@ -74,7 +83,10 @@ impl<G: Guest> InstancePool<G> {
             reaping: AtomicBool::new(false),
             info,
             stats,
-        })
+        });
+        let idle: std::sync::Weak<dyn IdleInstances> = Arc::downgrade(&pool) as _;
+        engine.register_idle(idle);
+        pool
     }
 
     /// The guest this pool makes instances of.
@@ -122,6 +134,9 @@ impl<G: Guest> InstancePool<G> {
                     served: 0,
                 })
                 .is_ok(),
+            // Every slot is taken (other servlets' instances, requests
+            // in flight): the next request makes its own.
+            Err(GuestError::PoolFull) => false,
             Err(e) => {
                 tracing::warn!(servlet = %self.info.name, error = %e, "pre-instantiation failed");
                 false
@@ -148,9 +163,16 @@ impl<G: Guest> InstancePool<G> {
         let pooled = match self.ready.pop() {
             Some(p) => p,
             None => {
-                // Spent instances hold slots of `server.max_instances`.
+                // Spent instances hold slots of `server.max_instances`;
+                // so do other servlets' idle ones, which give way.
                 self.reap();
-                match self.instantiate().await {
+                let mut made = self.instantiate().await;
+                if matches!(made, Err(GuestError::PoolFull))
+                    && self.engine.release_idle(Arc::as_ptr(self).cast())
+                {
+                    made = self.instantiate().await;
+                }
+                match made {
                     Ok(instance) => Pooled {
                         instance,
                         served: 0,
@@ -227,6 +249,16 @@ impl<G: Guest> InstancePool<G> {
             pool.add_one().await;
             pool.refilling.fetch_sub(1, Ordering::Relaxed);
         });
+    }
+}
+
+impl<G: Guest> IdleInstances for InstancePool<G> {
+    fn idle(&self) -> usize {
+        self.ready.len()
+    }
+
+    fn drop_idle(&self) -> bool {
+        self.ready.pop().is_some()
     }
 }
 

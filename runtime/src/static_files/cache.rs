@@ -22,6 +22,7 @@ use super::headers::{
     Fingerprint, content_hash, content_type_for, disk_etag, disk_tag, http_date, last_modified,
     quoted_etag,
 };
+use super::progress::Progress;
 use crate::config::{CacheConfig, SiteConfig};
 use crate::file_stamp::FileStamp;
 
@@ -102,40 +103,7 @@ pub struct DiskFile {
     pub brotli: Option<Variant>,
     /// Its precompressed `.gz` sibling, likewise.
     pub gzip: Option<Variant>,
-    fingerprint: Fingerprint,
-}
-
-impl DiskFile {
-    /// When the opened file (`meta`) is not the one loaded, the headers
-    /// and modification time that match it; `None` when it is the same.
-    pub(crate) fn revalidated(
-        &self,
-        meta: &std::fs::Metadata,
-    ) -> Option<(Representation, SystemTime)> {
-        let stamp = FileStamp::from_meta(meta);
-        if Some(stamp) == self.fingerprint.0[0] {
-            return None;
-        }
-        let modified = last_modified(meta);
-        let etag = disk_etag(stamp);
-        let last_modified = http_date(modified);
-        let mut headers = self.rep.headers.clone();
-        let mut not_modified = self.rep.not_modified.clone();
-        for map in [&mut headers, &mut not_modified] {
-            map.insert(header::ETAG, etag.clone());
-            map.insert(header::LAST_MODIFIED, last_modified.clone());
-        }
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(stamp.len));
-        Some((
-            Representation {
-                etag,
-                headers,
-                not_modified,
-                len: stamp.len,
-            },
-            modified,
-        ))
-    }
+    pub(super) fingerprint: Fingerprint,
 }
 
 /// A file of the site.
@@ -219,7 +187,9 @@ impl SiteCache {
             site,
             cache_control,
             cache: SiteCache::default(),
-            visited: HashSet::new(),
+            ancestors: Vec::new(),
+            loaded: HashMap::new(),
+            walks: HashMap::new(),
             previous,
             progress: Progress::new(),
         };
@@ -278,6 +248,9 @@ impl SiteCache {
     }
 }
 
+/// The most names (links) one folder is served under.
+const MAX_NAMES: u32 = 8;
+
 struct Loader<'a> {
     root: &'a Path,
     /// The site's servlets folder, when it lies inside the root: never
@@ -286,51 +259,34 @@ struct Loader<'a> {
     site: &'a SiteConfig,
     cache_control: Option<HeaderValue>,
     cache: SiteCache,
-    visited: HashSet<PathBuf>,
+    /// The real folders being walked, the root first: a link to one of
+    /// them would loop. A folder reached by two names is walked under both.
+    ancestors: Vec<PathBuf>,
+    /// Files read so far, by real path: a file reached by two names is
+    /// read and held once.
+    loaded: HashMap<PathBuf, Resource>,
+    /// How many names each real folder was reached by.
+    walks: HashMap<PathBuf, u32>,
     previous: Option<&'a SiteCache>,
     progress: Progress,
 }
 
-/// A load that takes long says how far it got, every few seconds.
-struct Progress {
-    started: std::time::Instant,
-    next: std::time::Duration,
-    files: usize,
-}
-
-impl Progress {
-    const EVERY: std::time::Duration = std::time::Duration::from_secs(2);
-
-    fn new() -> Progress {
-        Progress {
-            started: std::time::Instant::now(),
-            next: Progress::EVERY,
-            files: 0,
-        }
-    }
-
-    fn file_done(&mut self, site: &str, cached_bytes: u64) {
-        self.files += 1;
-        if self.files.is_multiple_of(256) && self.started.elapsed() >= self.next {
-            self.next = self.started.elapsed() + Progress::EVERY;
-            tracing::info!(
-                site,
-                files = self.files,
-                cached_mib = cached_bytes >> 20,
-                elapsed_s = self.started.elapsed().as_secs(),
-                "loading files"
-            );
-        }
-    }
-}
-
 impl Loader<'_> {
     fn walk(&mut self, dir: &Path, prefix: &str) -> std::io::Result<()> {
-        if !self.visited.insert(dir.to_path_buf()) {
+        // A link to a folder that contains it would loop; one folder
+        // reached by many names is walked under at most `MAX_NAMES` (links
+        // between folders must not multiply the walk without end).
+        let names = self.walks.entry(dir.to_path_buf()).or_default();
+        *names += 1;
+        if self.ancestors.iter().any(|a| a == dir) || *names > MAX_NAMES {
+            if *names == MAX_NAMES + 1 {
+                tracing::warn!(site = %self.site.name, dir = %dir.display(), "folder reached by more than {MAX_NAMES} names (links): served under the first {MAX_NAMES}");
+            }
             return Ok(());
         }
         let mut entries: Vec<_> = std::fs::read_dir(dir)?.filter_map(Result::ok).collect();
         entries.sort_by_key(|e| e.file_name());
+        self.ancestors.push(dir.to_path_buf());
         for entry in entries {
             let name = entry.file_name();
             let Some(name) = name.to_str() else {
@@ -354,8 +310,8 @@ impl Loader<'_> {
                 continue;
             };
             let key = format!("{prefix}/{name}");
-            if meta.is_dir() && self.servlets.as_deref() == Some(real.as_path()) {
-                tracing::debug!(site = %self.site.name, dir = %path.display(), "not served: the site's servlets folder");
+            if self.private(&real) {
+                tracing::debug!(site = %self.site.name, path = %path.display(), "not served: a link into the servlets folder or to a dotfile");
                 continue;
             }
             if meta.is_dir() {
@@ -364,14 +320,45 @@ impl Loader<'_> {
                     tracing::warn!(site = %self.site.name, dir = %path.display(), error = %e, "skipped folder");
                 }
             } else if meta.is_file() {
-                if let Err(e) = self.add_file(&real, key, &meta) {
+                if let Some(same) = self.loaded.get(&real).cloned() {
+                    self.add_alias(key, same);
+                } else if let Err(e) = self.add_file(&real, key.clone(), &meta) {
                     tracing::warn!(site = %self.site.name, file = %path.display(), error = %e, "skipped file");
+                } else if let Some(added) = self.cache.files.get(key.as_str()) {
+                    self.loaded.insert(real, added.clone());
                 }
                 self.progress
                     .file_done(&self.site.name, self.cache.stats.cached_bytes);
             }
         }
+        self.ancestors.pop();
         Ok(())
+    }
+
+    /// Whether `real` (a resolved path inside the root) is never served:
+    /// in the servlets folder, or a dotfile or in a dot-folder (a link to
+    /// one is not a way to serve it).
+    fn private(&self, real: &Path) -> bool {
+        let hidden = real.strip_prefix(self.root).is_ok_and(|inside| {
+            inside
+                .components()
+                .any(|c| c.as_os_str().as_encoded_bytes().starts_with(b"."))
+        });
+        hidden
+            || self
+                .servlets
+                .as_deref()
+                .is_some_and(|s| real.starts_with(s))
+    }
+
+    /// A file already held under another name (a link): counted, not
+    /// held or charged to the budget twice.
+    fn add_alias(&mut self, key: String, file: Resource) {
+        match &file {
+            Resource::Memory(_) => self.cache.stats.cached_files += 1,
+            Resource::Disk(_) => self.cache.stats.streamed_files += 1,
+        }
+        self.cache.files.insert(key.into(), file);
     }
 
     fn add_file(
@@ -525,6 +512,9 @@ impl Loader<'_> {
     /// ignored, with a warning), be a regular file, and fit the size limit.
     fn read_sibling(&self, sibling: &Path, room: u64) -> Option<Vec<u8>> {
         let real = sibling.canonicalize().ok()?;
+        if self.private(&real) {
+            return None;
+        }
         if !real.starts_with(self.root) {
             tracing::warn!(site = %self.site.name, file = %sibling.display(), target = %real.display(), "precompressed sibling ignored: it points outside the site root");
             return None;

@@ -10,7 +10,8 @@
 mod cache;
 mod compress;
 mod headers;
+mod progress;
 mod respond;
 
 pub use cache::{CacheError, CacheStats, SiteCache};
-pub use respond::{INDEX_FILE, not_found_page, respond};
+pub use respond::{FILE_BUDGET, FilePlace, INDEX_FILE, not_found_page, respond};

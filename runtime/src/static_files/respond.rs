@@ -3,6 +3,8 @@
 //! negotiation. Failures are returned as [`RequestError`]s; the app turns
 //! them into responses (and a 404 into the site's own page).
 
+use std::io::ErrorKind;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use http::header::{self, HeaderMap, HeaderValue};
@@ -10,7 +12,9 @@ use http::{Method, Request, Response, StatusCode};
 
 use super::cache::{CachedFile, DiskFile, Representation, Resource, SiteCache, Variant};
 use super::compress::Accepted;
+use super::headers::{disk_etag, http_date, last_modified};
 use crate::body::Body;
+use crate::file_stamp::FileStamp;
 use crate::request::RequestError;
 
 /// The file served for a folder path ending in `/`.
@@ -109,13 +113,25 @@ async fn from_disk<B>(
     // since it was loaded (renamed over, rewritten), the answer is the new
     // version whole, with headers that match it; never a 404 for a path
     // that exists, never a length that lies.
-    let opened = match open_no_follow(&file.path).await {
-        Ok(f) => f,
-        Err(e) => {
-            tracing::debug!(file = %file.path.display(), error = %e, "cannot open a streamed file");
-            return Err(RequestError::NotFound);
-        }
+    let place = match FILE_BUDGET.try_with(Arc::clone) {
+        Ok(budget) => Some(budget.try_acquire_owned().map_err(|_| {
+            RequestError::Unavailable("the connection holds as many files open as it may")
+        })?),
+        Err(_) => None,
     };
+    let opened = open_no_follow(&file.path).await.map_err(|e| {
+        let answer = open_failure(&e);
+        if answer != StatusCode::NOT_FOUND && once_a_second() {
+            tracing::warn!(file = %file.path.display(), error = %e, status = answer.as_u16(), "cannot open a streamed file (said at most once a second)");
+        } else {
+            tracing::debug!(file = %file.path.display(), error = %e, "cannot open a streamed file");
+        }
+        match answer {
+            StatusCode::NOT_FOUND => RequestError::NotFound,
+            StatusCode::SERVICE_UNAVAILABLE => RequestError::Unavailable("no file descriptor left"),
+            _ => RequestError::Internal,
+        }
+    })?;
     let meta = opened.metadata().await.map_err(|e| {
         tracing::warn!(file = %file.path.display(), error = %e, "cannot stat a streamed file");
         RequestError::Internal
@@ -158,10 +174,98 @@ async fn from_disk<B>(
     } else {
         Body::file(opened, start, len)
     };
-    Ok(match partial_range {
+    let mut res = match partial_range {
         Some((s, e)) => partial(rep, s, e, body),
         None => with_headers(StatusCode::OK, rep.headers.clone(), body),
-    })
+    };
+    if let Some(place) = place.filter(|_| !head) {
+        res.extensions_mut().insert(FilePlace(Arc::new(place)));
+    }
+    Ok(res)
+}
+
+tokio::task_local! {
+    /// HTTP/2: how many streamed files the connection whose request is
+    /// being answered may hold open at once, set by the connection around
+    /// the app (a task-local: nothing allocated per request). A stream
+    /// past it gets 503 with `Retry-After` before its file is opened: one
+    /// connection's 128 streams must not each hold a descriptor (a few
+    /// such clients used up the process's 20,000).
+    pub static FILE_BUDGET: Arc<tokio::sync::Semaphore>;
+}
+
+/// A place taken from the [`FILE_BUDGET`], on the response whose file it
+/// holds open; the connection keeps it with the body until it is dropped.
+#[derive(Debug, Clone)]
+pub struct FilePlace(pub Arc<tokio::sync::OwnedSemaphorePermit>);
+
+/// Whether a warning may be logged now: at most one a second, so that
+/// running out of descriptors (which a client can cause) is said, not
+/// turned into a flood of lines.
+fn once_a_second() -> bool {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = crate::clock::now_ms();
+    let last = LAST.load(std::sync::atomic::Ordering::Relaxed);
+    (last == 0 || now >= last + 1000)
+        && LAST
+            .compare_exchange(
+                last,
+                now.max(1),
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_ok()
+}
+
+/// What a streamed file that cannot be opened answers: 404 when it is
+/// gone (or replaced by a link, which is not followed); 503 when the
+/// process is out of descriptors or memory (it is there: try again);
+/// 500 otherwise (permissions, I/O). Never a 404 a cache in front would
+/// keep for a file that exists.
+fn open_failure(e: &std::io::Error) -> StatusCode {
+    use rustix::io::Errno;
+    let is = |errno: Errno| e.raw_os_error() == Some(errno.raw_os_error());
+    if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) || is(Errno::LOOP) {
+        StatusCode::NOT_FOUND
+    } else if is(Errno::MFILE) || is(Errno::NFILE) || is(Errno::NOMEM) {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    }
+}
+
+/// Revalidating a streamed file at answer time.
+impl DiskFile {
+    /// When the opened file (`meta`) is not the one loaded, the headers
+    /// and modification time that match it; `None` when it is the same.
+    pub(crate) fn revalidated(
+        &self,
+        meta: &std::fs::Metadata,
+    ) -> Option<(Representation, SystemTime)> {
+        let stamp = FileStamp::from_meta(meta);
+        if Some(stamp) == self.fingerprint.0[0] {
+            return None;
+        }
+        let modified = last_modified(meta);
+        let etag = disk_etag(stamp);
+        let last_modified = http_date(modified);
+        let mut headers = self.rep.headers.clone();
+        let mut not_modified = self.rep.not_modified.clone();
+        for map in [&mut headers, &mut not_modified] {
+            map.insert(header::ETAG, etag.clone());
+            map.insert(header::LAST_MODIFIED, last_modified.clone());
+        }
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(stamp.len));
+        Some((
+            Representation {
+                etag,
+                headers,
+                not_modified,
+                len: stamp.len,
+            },
+            modified,
+        ))
+    }
 }
 
 /// Opens a file for reading without following a link in its last
@@ -408,6 +512,24 @@ fn with_headers(status: StatusCode, headers: HeaderMap, body: Body) -> Response<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_that_cannot_be_opened_is_a_404_only_when_it_is_gone() {
+        use rustix::io::Errno;
+        let os = |e: Errno| std::io::Error::from_raw_os_error(e.raw_os_error());
+        for (e, want) in [
+            (os(Errno::NOENT), StatusCode::NOT_FOUND),
+            (os(Errno::NOTDIR), StatusCode::NOT_FOUND),
+            (os(Errno::LOOP), StatusCode::NOT_FOUND),
+            (os(Errno::MFILE), StatusCode::SERVICE_UNAVAILABLE),
+            (os(Errno::NFILE), StatusCode::SERVICE_UNAVAILABLE),
+            (os(Errno::NOMEM), StatusCode::SERVICE_UNAVAILABLE),
+            (os(Errno::ACCESS), StatusCode::INTERNAL_SERVER_ERROR),
+            (os(Errno::IO), StatusCode::INTERNAL_SERVER_ERROR),
+        ] {
+            assert_eq!(open_failure(&e), want, "{e}");
+        }
+    }
 
     #[test]
     fn weak_comparison_for_if_none_match() {

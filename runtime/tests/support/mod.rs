@@ -20,6 +20,27 @@ pub(crate) fn site() -> tempfile::TempDir {
     dir
 }
 
+/// A folder like [`site`], whose `swan.toml` (listening on port 0) makes
+/// loading take seconds in a debug build: an 8 MiB text file to compress.
+pub(crate) fn slow_to_load_site() -> tempfile::TempDir {
+    let dir = site();
+    let mut text = String::new();
+    let mut n: u64 = 1;
+    while text.len() < 8 << 20 {
+        n = n.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        text.push_str(["swan ", "wasm ", "cache ", "server "][(n >> 62) as usize]);
+        text.push_str(&(n >> 40).to_string());
+        text.push(' ');
+    }
+    std::fs::write(dir.path().join("www/big.txt"), text).expect("write");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"32 MiB\"\n",
+    )
+    .expect("config");
+    dir
+}
+
 /// `swan serve` arguments for a site's `www` and `servlets` folders on an
 /// ephemeral port.
 pub(crate) const SITE_ARGS: [&str; 6] = [
@@ -47,16 +68,23 @@ pub(crate) fn spawn_serving(mut command: Command) -> (std::process::Child, Strin
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
+    let addr =
+        banner_address(&mut child).unwrap_or_else(|banner| panic!("no url in banner: {banner:?}"));
+    (child, addr)
+}
+
+/// Reads the banner of a `swan serve` spawned with its stdout piped: the
+/// first address it names, or the line read when it names none.
+pub(crate) fn banner_address(child: &mut std::process::Child) -> Result<String, String> {
     let mut banner = String::new();
     BufReader::new(child.stdout.take().expect("stdout"))
         .read_line(&mut banner)
         .expect("banner");
-    let addr = banner
+    banner
         .split_whitespace()
         .find_map(|w| w.strip_prefix("http://"))
         .map(|a| a.trim_end_matches('/').to_owned())
-        .unwrap_or_else(|| panic!("no url in banner: {banner:?}"));
-    (child, addr)
+        .ok_or(banner)
 }
 
 pub(crate) fn get(addr: &str, path: &str) -> String {

@@ -11,6 +11,7 @@ use std::path::Path;
 use toml::de::DeTable;
 
 mod ops;
+pub(in crate::config) use ops::overlap;
 mod server;
 mod site;
 mod store;

@@ -293,7 +293,7 @@ pub(super) fn log(
 /// address, or a wildcard (`0.0.0.0`, or `[::]`, which swan binds IPv6
 /// only) and any address of its family on its port. Port 0 is always a
 /// fresh port.
-pub(super) fn overlap(a: std::net::SocketAddr, b: std::net::SocketAddr) -> bool {
+pub(in crate::config) fn overlap(a: std::net::SocketAddr, b: std::net::SocketAddr) -> bool {
     if a.port() != b.port() || a.port() == 0 {
         return false;
     }

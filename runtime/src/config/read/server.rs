@@ -124,7 +124,11 @@ pub(super) fn read(
             ),
         }
     }
-    if let Some(n) = t.uint(diag, "max_instances", 1, 100_000) {
+    // Each instance reserves about 8 GiB of address space (its memories'
+    // slots) in each engine (a tier each, and one more for p3): past a few
+    // thousand the 128 TiB a process has on x86-64 run out and the engines
+    // cannot be made.
+    if let Some(n) = t.uint(diag, "max_instances", 1, 4_000) {
         if *n.get_ref() == 0 {
             diag.error(
                 n.span(),

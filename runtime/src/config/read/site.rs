@@ -271,7 +271,24 @@ pub(super) fn read(
         .or_else(|| hosts.first().cloned())
         .unwrap_or_else(|| "default".to_owned());
     let default = t.bool(diag, "default").unwrap_or(false);
+    // An empty path would be the configuration's own folder: its files,
+    // the configuration included, served to anyone.
+    let empty = |diag: &mut Diagnostics<'_>, key: &str, span| {
+        diag.error(
+            span,
+            &format!("{site_key}.{key}"),
+            "an empty path",
+            Some(format!(
+                "name a folder, such as {key} = \"{}\" (\".\" is the configuration's folder, if that is really meant)",
+                if key == "root" { "www" } else { "servlets" }
+            )),
+        );
+    };
     let root = match t.string(diag, "root") {
+        Some(r) if r.get_ref().is_empty() => {
+            empty(diag, "root", r.span());
+            None
+        }
         Some(r) => Some((base.join(r.get_ref()), r.span())),
         None => {
             diag.error(
@@ -285,9 +302,13 @@ pub(super) fn read(
             None
         }
     };
-    let servlets = t
-        .string(diag, "servlets")
-        .map(|s| (base.join(s.get_ref()), s.span()));
+    let servlets = match t.string(diag, "servlets") {
+        Some(s) if s.get_ref().is_empty() => {
+            empty(diag, "servlets", s.span());
+            None
+        }
+        s => s.map(|s| (base.join(s.get_ref()), s.span())),
+    };
     let mut cache = CacheConfig::default();
     if let Some(mut c) = t.table(diag, "cache") {
         if let Some(n) = c.size(diag, "max_file_size") {

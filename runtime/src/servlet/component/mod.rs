@@ -235,9 +235,9 @@ pub(crate) fn load(
         exports,
     };
     let trial = {
-        let guest = guest.clone();
+        let (guest, budget) = (guest.clone(), engine.clone());
         engine.run_blocking(async move {
-            crate::servlet::guest::trial_instance(&guest)
+            crate::servlet::guest::trial_instance(&budget, &guest)
                 .await
                 .map(|_| ())
         })

@@ -147,9 +147,9 @@ pub(crate) fn load(
         engine: engine.clone(),
     };
     let trial = {
-        let guest = guest.clone();
+        let (guest, budget) = (guest.clone(), engine.clone());
         engine.run_blocking(async move {
-            let mut ready = crate::servlet::guest::trial_instance(&guest)
+            let mut ready = crate::servlet::guest::trial_instance(&budget, &guest)
                 .await
                 .map_err(|e| format!("{e}"))?;
             let version = ready
