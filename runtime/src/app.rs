@@ -317,7 +317,7 @@ impl App {
         let mut res = {
             // Pinned in place: the wrappers below hold a pointer to the
             // handling, not a copy of its state.
-            let handling = self.route(site, req, client, https, id, &mut hit);
+            let handling = self.route(site, req, client, https, !peer.tls, id, &mut hit);
             tokio::pin!(handling);
             answer_or_500(handling.as_mut().instrument(span.clone()), id).await
         };
@@ -384,18 +384,24 @@ impl App {
     }
 
     /// The site's answer; `hit` is set to the servlet route that gave it.
+    /// `https`: the client's scheme (as trusted proxies say);
+    /// `plain_listener`: it came to a listener without TLS, the only kind
+    /// that redirects to HTTPS (a TLS listener redirecting to itself would
+    /// loop).
+    #[expect(clippy::too_many_arguments, reason = "one request's parts")]
     async fn route<'s>(
         &self,
         site: &'s Site,
         req: Request<Incoming>,
         client: SocketAddr,
         https: bool,
+        plain_listener: bool,
         id: RequestId,
         hit: &mut Option<&'s Route>,
     ) -> Response<Body> {
         tracing::Span::current().record("site", site.config.name.as_str());
         let head = req.method() == Method::HEAD;
-        if !https && self.redirects_http() {
+        if !https && plain_listener && self.redirects_http() {
             // The Host goes into the Location: checked as for any request,
             // and a request without one cannot be redirected.
             let redirect = checks::host(&req).and_then(|()| {
@@ -435,7 +441,13 @@ impl App {
         if name.is_empty() || (name.contains(':') && !name.starts_with('[')) {
             return None;
         }
-        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        // `OPTIONS *` has no path: the site's root stands in.
+        let target = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str())
+            .filter(|t| t.starts_with('/'))
+            .unwrap_or("/");
         let location = if port == 443 {
             format!("https://{name}{target}")
         } else {

@@ -203,6 +203,22 @@ fn the_admin_listener_reports_health_metrics_and_status() {
         405
     );
     assert_eq!(status_of(&get(&admin, "/secret")), 404);
+    // Another method on a path that does not exist is a 404 too, and
+    // HTTP/1.1 without Host a 400, as on the public port.
+    assert_eq!(
+        status_of(&raw(
+            &admin,
+            b"POST /nope HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )),
+        404
+    );
+    assert_eq!(
+        status_of(&raw(
+            &admin,
+            b"GET /livez HTTP/1.1\r\nConnection: close\r\n\r\n"
+        )),
+        400
+    );
     // The public port does not serve admin paths.
     assert_eq!(status_of(&get(&public, "/metrics")), 404);
     stop(s.child);

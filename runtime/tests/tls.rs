@@ -29,6 +29,20 @@ fn make_certs(serial: u64) -> Certs {
 
 /// [`make_certs`], with a leaf that expired years ago when `expired`.
 fn make_certs_valid(serial: u64, expired: bool) -> Certs {
+    let dates = expired.then(|| {
+        (
+            rcgen::date_time_ymd(2020, 1, 1),
+            rcgen::date_time_ymd(2021, 1, 1),
+        )
+    });
+    make_certs_dated(serial, dates)
+}
+
+/// [`make_certs`], with the leaf valid from and until the given dates.
+fn make_certs_dated(
+    serial: u64,
+    dates: Option<(time::OffsetDateTime, time::OffsetDateTime)>,
+) -> Certs {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
     let ca_key = KeyPair::generate().expect("ca key");
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
@@ -40,9 +54,9 @@ fn make_certs_valid(serial: u64, expired: bool) -> Certs {
     let mut leaf = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
         .expect("leaf params");
     leaf.serial_number = Some(rcgen::SerialNumber::from(serial));
-    if expired {
-        leaf.not_before = rcgen::date_time_ymd(2020, 1, 1);
-        leaf.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    if let Some((not_before, not_after)) = dates {
+        leaf.not_before = not_before;
+        leaf.not_after = not_after;
     }
     let issuer = rcgen::Issuer::from_params(&ca, &ca_key);
     let leaf_cert = leaf.signed_by(&key, &issuer).expect("leaf cert");
@@ -163,7 +177,7 @@ async fn https_serves_h2_and_http1_reloads_its_certificate_and_redirects_plain_h
         dir.path().join("swan.toml"),
         "[server]\nlisten = [\"127.0.0.1:0\", { addr = \"127.0.0.1:0\", tls = true }]\n\
          [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\nredirect_http = true\nhsts = \"max-age=600\"\n\
-         [[site]]\nroot = \"www\"\n",
+         [server.proxy]\ntrusted = [\"127.0.0.1\"]\n[[site]]\nroot = \"www\"\n",
     )
     .expect("config");
     let s = start(dir.path(), &[], false);
@@ -206,6 +220,28 @@ async fn https_serves_h2_and_http1_reloads_its_certificate_and_redirects_plain_h
             .to_ascii_lowercase()
             .contains("strict-transport-security")
     );
+    // `OPTIONS *` has no path: its Location is the site's root.
+    let reply = raw(
+        &plain,
+        b"OPTIONS * HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&reply), 308, "{reply}");
+    assert!(
+        reply.contains(&format!("location: https://localhost:{port}/\r\n")),
+        "{reply}"
+    );
+    // A request that came over TLS is never redirected, even when a
+    // trusted proxy says its client used plain HTTP (it would loop).
+    let (_, reply, _) = raw_tls(
+        &tls,
+        &first.ca_der,
+        &[b"http/1.1"],
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Forwarded-Proto: http\r\nConnection: close\r\n\r\n",
+        usize::MAX,
+    )
+    .await;
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     // A Host that would be refused without the redirect is refused with
     // it too (never reflected into a Location), and a request without a
     // Host cannot be redirected: 400, not served over plain HTTP.
@@ -252,10 +288,34 @@ async fn https_serves_h2_and_http1_reloads_its_certificate_and_redirects_plain_h
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let (leaf, _, status, _) = rust_client(&tls, &[&second.ca_der], "/").await;
     assert_eq!((leaf, status), (second.leaf_der.clone(), 200));
+    // A renewal written a few seconds before its start is refused, then
+    // served once its start has passed, with no further change to its files.
+    let now = time::OffsetDateTime::now_utc();
+    let early = make_certs_dated(
+        4,
+        Some((
+            now + time::Duration::seconds(3),
+            now + time::Duration::days(30),
+        )),
+    );
+    write_certs(dir.path(), &early);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (leaf, _, status, _) = rust_client(&tls, &[&second.ca_der], "/").await;
+    assert_eq!((leaf, status), (second.leaf_der.clone(), 200));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut renewed = false;
+    while Instant::now() < deadline && !renewed {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let (leaf, _, _, _) = rust_client(&tls, &[&second.ca_der, &early.ca_der], "/").await;
+        renewed = leaf == early.leaf_der;
+    }
+    assert!(renewed, "the renewal was never served once valid");
+    write_certs(dir.path(), &second);
     let log = stop(s.child);
     assert!(log.contains("TLS certificate reloaded"), "{log}");
     assert!(log.contains("TLS certificate change refused"), "{log}");
     assert!(log.contains("the new certificate expired on"), "{log}");
+    assert!(log.contains("is not valid before"), "{log}");
     // `swan check` says when a valid certificate expires, and warns about
     // an expired one.
     write_certs(dir.path(), &second);

@@ -194,8 +194,23 @@ async fn readiness(app: &App) -> Result<(), String> {
     Ok(())
 }
 
+/// The admin listener's paths.
+const PATHS: [&str; 5] = ["/livez", "/readyz", "/metrics", "/status.json", "/"];
+
 async fn answer(app: &Arc<App>, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    if req.method() != Method::GET && req.method() != Method::HEAD {
+    // HTTP/1.1 needs a Host here too (RFC 9112 §3.2).
+    if req.version() == http::Version::HTTP_11 && !req.headers().contains_key(header::HOST) {
+        return reply(
+            StatusCode::BAD_REQUEST,
+            "text/plain",
+            "HTTP/1.1 request without Host\n",
+        );
+    }
+    // 405 only for a path that exists (404 for any other, whatever the method).
+    if req.method() != Method::GET
+        && req.method() != Method::HEAD
+        && PATHS.contains(&req.uri().path())
+    {
         let mut res = reply(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",

@@ -122,6 +122,16 @@ async fn read_bytes(stream: &mut TcpStream) -> Result<Vec<u8>, ProxyError> {
 
 /// The client `header` names.
 fn client_of(header: &[u8], peer: SocketAddr) -> Result<Client, ProxyError> {
+    // `::ffff:203.0.113.7` is `203.0.113.7`, as X-Forwarded-For reads it:
+    // one client, one address in the log and to servlets.
+    let canonical = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+    parsed(header, peer).map(|c| Client {
+        addr: canonical(c.addr),
+        tls: c.tls,
+    })
+}
+
+fn parsed(header: &[u8], peer: SocketAddr) -> Result<Client, ProxyError> {
     match HeaderResult::parse(header) {
         HeaderResult::V1(Ok(h)) => Ok(Client {
             addr: match h.addresses {
@@ -176,6 +186,13 @@ mod tests {
         assert_eq!(
             client_of(b"PROXY UNKNOWN\r\n", peer()).ok().map(|c| c.addr),
             Some(peer())
+        );
+        // An IPv4-mapped client is its IPv4 address, as X-Forwarded-For
+        // reads it.
+        let mapped = b"PROXY TCP6 ::ffff:203.0.113.7 ::1 51000 443\r\n";
+        assert_eq!(
+            client_of(mapped, peer()).ok().map(|c| c.addr),
+            Some(SocketAddr::from(([203, 0, 113, 7], 51000)))
         );
         let mut v2 = V2_SIGNATURE.to_vec();
         v2.extend_from_slice(&[

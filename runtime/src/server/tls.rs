@@ -70,35 +70,47 @@ fn watch(config: TlsConfig, current: Arc<Current>) {
     let (cert, key) = (config.cert.clone(), config.key.clone());
     let stamps = move || (FileStamp::of(&cert), FileStamp::of(&key));
     let mut seen = stamps();
+    // A pair on disk refused for its dates (a renewal written before its
+    // start, or the serving one still good while the new one expired) is
+    // looked at again every time, not only when its files change: a
+    // renewal becomes good by itself, and the serving certificate may
+    // expire meanwhile.
+    let mut dated = false;
     let spawned = std::thread::Builder::new()
         .name("swan-tls-watch".to_owned())
         .spawn(move || {
             loop {
                 std::thread::sleep(WATCH_EVERY);
                 let now = stamps();
-                if now == seen {
+                let changed = now != seen;
+                if !changed && !dated {
                     continue;
                 }
                 seen = now;
+                dated = false;
                 match certs::load(&config.cert, &config.key) {
                     Ok(key) => match certs::validity_problem(&key) {
                         // Out of date, where the one serving is not: it
                         // would fail every handshake.
                         Some(problem) if certs::validity_problem(&current.0.load()).is_none() => {
-                            tracing::error!(
-                                cert = %config.cert.display(),
-                                "TLS certificate change refused: the new certificate {problem}; the previous certificate keeps serving"
-                            );
+                            dated = true;
+                            if changed {
+                                tracing::error!(
+                                    cert = %config.cert.display(),
+                                    "TLS certificate change refused: the new certificate {problem}; the previous certificate keeps serving (the new one is looked at again until its dates allow it, or the previous one expires)"
+                                );
+                            }
                         }
                         _ => {
                             current.0.store(Arc::new(key));
                             tracing::info!(cert = %config.cert.display(), "TLS certificate reloaded");
                         }
                     },
-                    Err(e) => tracing::error!(
+                    Err(e) if changed => tracing::error!(
                         error = %e,
                         "TLS certificate change refused; the previous certificate keeps serving"
                     ),
+                    Err(_) => {}
                 }
             }
         });

@@ -280,7 +280,7 @@ impl Loader<'_> {
         *names += 1;
         if self.ancestors.iter().any(|a| a == dir) || *names > MAX_NAMES {
             if *names == MAX_NAMES + 1 {
-                tracing::warn!(site = %self.site.name, dir = %dir.display(), "folder reached by more than {MAX_NAMES} names (links): served under the first {MAX_NAMES}");
+                tracing::warn!(site = %self.site.name, dir = ?dir, "folder reached by more than {MAX_NAMES} names (links): served under the first {MAX_NAMES}");
             }
             return Ok(());
         }
@@ -290,7 +290,7 @@ impl Loader<'_> {
         for entry in entries {
             let name = entry.file_name();
             let Some(name) = name.to_str() else {
-                tracing::warn!(site = %self.site.name, file = %entry.path().display(), "skipped: file name is not UTF-8");
+                tracing::warn!(site = %self.site.name, file = ?entry.path(), "skipped: file name is not UTF-8");
                 continue;
             };
             if name.starts_with('.') {
@@ -299,11 +299,11 @@ impl Loader<'_> {
             let path = entry.path();
             // Follow symlinks only when they stay inside the root.
             let Ok(real) = path.canonicalize() else {
-                tracing::warn!(site = %self.site.name, file = %path.display(), "skipped: broken link");
+                tracing::warn!(site = %self.site.name, file = ?path, "skipped: broken link");
                 continue;
             };
             if !real.starts_with(self.root) {
-                tracing::warn!(site = %self.site.name, file = %path.display(), target = %real.display(), "skipped: link points outside the site root");
+                tracing::warn!(site = %self.site.name, file = ?path, target = ?real, "skipped: link points outside the site root");
                 continue;
             }
             let Ok(meta) = std::fs::metadata(&real) else {
@@ -311,19 +311,19 @@ impl Loader<'_> {
             };
             let key = format!("{prefix}/{name}");
             if self.private(&real) {
-                tracing::debug!(site = %self.site.name, path = %path.display(), "not served: a link into the servlets folder or to a dotfile");
+                tracing::debug!(site = %self.site.name, path = ?path, "not served: a link into the servlets folder or to a dotfile");
                 continue;
             }
             if meta.is_dir() {
                 self.cache.dirs.insert(format!("{key}/").into());
                 if let Err(e) = self.walk(&real, &key) {
-                    tracing::warn!(site = %self.site.name, dir = %path.display(), error = %e, "skipped folder");
+                    tracing::warn!(site = %self.site.name, dir = ?path, error = %e, "skipped folder");
                 }
             } else if meta.is_file() {
                 if let Some(same) = self.loaded.get(&real).cloned() {
                     self.add_alias(key, same);
                 } else if let Err(e) = self.add_file(&real, key.clone(), &meta) {
-                    tracing::warn!(site = %self.site.name, file = %path.display(), error = %e, "skipped file");
+                    tracing::warn!(site = %self.site.name, file = ?path, error = %e, "skipped file");
                 } else if let Some(added) = self.cache.files.get(key.as_str()) {
                     self.loaded.insert(real, added.clone());
                 }
@@ -390,7 +390,7 @@ impl Loader<'_> {
             .saturating_sub(self.cache.stats.cached_bytes);
         if len > self.site.cache.max_file_size || len > remaining {
             if len <= self.site.cache.max_file_size {
-                tracing::warn!(site = %self.site.name, file = %path.display(), "cache budget used up: streaming from disk");
+                tracing::warn!(site = %self.site.name, file = ?path, "cache budget used up: streaming from disk");
             }
             let stamp = FileStamp::from_meta(meta);
             // Precompressed siblings only: compressing a large file at
@@ -516,7 +516,7 @@ impl Loader<'_> {
             return None;
         }
         if !real.starts_with(self.root) {
-            tracing::warn!(site = %self.site.name, file = %sibling.display(), target = %real.display(), "precompressed sibling ignored: it points outside the site root");
+            tracing::warn!(site = %self.site.name, file = ?sibling, target = ?real, "precompressed sibling ignored: it points outside the site root");
             return None;
         }
         let meta = std::fs::metadata(&real).ok()?;

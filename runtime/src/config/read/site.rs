@@ -265,11 +265,22 @@ pub(super) fn read(
             }
         })
         .collect();
-    let name = t
-        .string(diag, "name")
-        .map(|n| n.into_inner())
-        .or_else(|| hosts.first().cloned())
-        .unwrap_or_else(|| "default".to_owned());
+    let name = match t.string(diag, "name") {
+        // A name goes into every log line of the site's requests: a
+        // control character (a newline) in it would forge lines.
+        Some(n) if n.get_ref().is_empty() || n.get_ref().chars().any(char::is_control) => {
+            diag.error(
+                n.span(),
+                &format!("{site_key}.name"),
+                "a site name must be non-empty text without control characters",
+                Some("use letters, digits and punctuation, such as name = \"blog\"".to_owned()),
+            );
+            None
+        }
+        n => n.map(|n| n.into_inner()),
+    }
+    .or_else(|| hosts.first().cloned())
+    .unwrap_or_else(|| "default".to_owned());
     let default = t.bool(diag, "default").unwrap_or(false);
     // An empty path would be the configuration's own folder: its files,
     // the configuration included, served to anyone.
