@@ -192,6 +192,30 @@ async fn a_truncated_or_invalid_wasm_keeps_the_working_version() -> Result<()> {
     Ok(())
 }
 
+/// A `[[site.route]]`'s `.wasm`, outside any watched folder, replaced by a
+/// rename (as a deploy does) or rewritten in place: the new version goes
+/// live. Before, only SIGHUP or a configuration edit noticed it.
+#[tokio::test]
+async fn a_route_servlet_file_replaced_goes_live() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("deploy/app.wasm", version("first"))?;
+    let server = start(
+        &site,
+        "[[site.route]]\npath = \"/app/*\"\nservlet = \"deploy/app.wasm\"\n",
+    )
+    .await?;
+    assert_eq!(server.get("/app/x").await?.text(), "first");
+    site.file("deploy/app.wasm.new", version("second"))?;
+    std::fs::rename(
+        site.path().join("deploy/app.wasm.new"),
+        site.path().join("deploy/app.wasm"),
+    )?;
+    assert!(eventually(WAIT, || text_is(&server, "/app/x", "second")).await);
+    site.file("deploy/app.wasm", version("third"))?;
+    assert!(eventually(WAIT, || text_is(&server, "/app/x", "third")).await);
+    Ok(())
+}
+
 #[tokio::test]
 async fn new_servlets_go_live_and_removed_ones_give_back_the_static_files() -> Result<()> {
     let site = TestSite::new()?;

@@ -10,25 +10,27 @@
 //! the old state or the new one, never a mix, and requests already running
 //! finish with what they started with.
 //!
-//! Over 400 lines on purpose: watching, batching and the three kinds of
-//! swap (files, servlets, configuration) share the one reload loop's state.
+//! What is watched, and how events become a batch, is `watch`; this is
+//! the reload loop and the three kinds of swap (files, servlets,
+//! configuration).
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-use notify::event::{AccessKind, AccessMode};
-use notify::{EventKind, RecursiveMode, Watcher};
 
 use crate::app::App;
 use crate::config::{Config, Overrides};
 use crate::engine::Tier;
 use crate::servlet::Servlet;
 use crate::site::{Refresh, Site, Sites};
+
+mod watch;
+pub use watch::ReloadError;
+use watch::{Batch, Msg, Watched};
 
 /// A batch of events closes after this long without a new one.
 const QUIET: Duration = Duration::from_millis(10);
@@ -42,34 +44,6 @@ pub struct ConfigSource {
     pub file: Option<PathBuf>,
     /// Command-line overrides, applied again on every reload.
     pub overrides: Overrides,
-}
-
-/// The watcher could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ReloadError {
-    /// notify refused.
-    #[error("cannot watch {path}: {source}")]
-    Watch {
-        /// The folder.
-        path: PathBuf,
-        /// The cause.
-        source: notify::Error,
-    },
-    /// The reload thread could not start.
-    #[error("cannot start the reload thread")]
-    Thread(#[source] std::io::Error),
-}
-
-enum Msg {
-    Fs(notify::Result<notify::Event>),
-    Config,
-    /// Cranelift finished compiling a servlet that went live on the
-    /// baseline compiler.
-    TierUp {
-        old: Arc<Servlet>,
-        new: Arc<Servlet>,
-    },
-    Stop,
 }
 
 /// Watches and reloads until dropped.
@@ -88,7 +62,7 @@ impl Reloader {
     /// Starts watching everything `app` serves.
     pub fn start(app: Arc<App>, source: ConfigSource) -> Result<Reloader, ReloadError> {
         let (tx, rx) = mpsc::channel();
-        let watched = Watched::new(&app, &source, &tx)?;
+        let watched = Watched::new(&app, source.file.as_deref(), &tx)?;
         let thread_tx = tx.clone();
         let thread = std::thread::Builder::new()
             .name("swan-reload".to_owned())
@@ -112,208 +86,6 @@ impl Drop for Reloader {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-    }
-}
-
-/// What is watched, with canonical paths for matching events.
-struct Watched {
-    sites: Vec<(Option<PathBuf>, Option<PathBuf>)>,
-    config: Option<PathBuf>,
-    /// Each site's root and servlets folder: a folder replaced (`mv build
-    /// www`) or made later is watched anew.
-    folders: Vec<Folder>,
-    _watchers: Vec<notify::RecommendedWatcher>,
-}
-
-/// A site's root or servlets folder.
-struct Folder {
-    /// As configured.
-    dir: PathBuf,
-    /// The folder (device, inode) found there when the watches were made.
-    id: Option<(u64, u64)>,
-    /// Its path as events in its parent's watch name it.
-    in_parent: Option<PathBuf>,
-}
-
-/// The folder at `path`'s device and inode.
-fn folder_id(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path)
-        .ok()
-        .filter(std::fs::Metadata::is_dir)
-        .map(|m| (m.dev(), m.ino()))
-}
-
-impl Watched {
-    fn new(
-        app: &App,
-        source: &ConfigSource,
-        tx: &mpsc::Sender<Msg>,
-    ) -> Result<Watched, ReloadError> {
-        let mut watchers = Vec::new();
-        let mut watch = |path: &Path, mode: RecursiveMode| -> Result<(), ReloadError> {
-            let tx = tx.clone();
-            let mut w = notify::recommended_watcher(move |ev| {
-                let _ = tx.send(Msg::Fs(ev));
-            })
-            .map_err(|source| ReloadError::Watch {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            w.watch(path, mode).map_err(|source| ReloadError::Watch {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            watchers.push(w);
-            Ok(())
-        };
-        let mut sites = Vec::new();
-        let mut folders = Vec::new();
-        for site in app.sites.load().iter() {
-            for dir in std::iter::once(&site.config.root).chain(&site.config.servlets) {
-                let in_parent = std::path::absolute(dir).ok().and_then(|d| {
-                    let parent = d.parent()?.canonicalize().ok()?;
-                    Some(parent.join(d.file_name()?))
-                });
-                folders.push(Folder {
-                    dir: dir.clone(),
-                    id: folder_id(dir),
-                    in_parent,
-                });
-            }
-            let root = site.config.root.canonicalize().ok();
-            if let Some(root) = &root {
-                watch(root, RecursiveMode::Recursive)?;
-            }
-            let servlets = site
-                .config
-                .servlets
-                .as_ref()
-                .and_then(|s| s.canonicalize().ok());
-            if let Some(dir) = &servlets
-                && !root.as_ref().is_some_and(|r| dir.starts_with(r))
-            {
-                watch(dir, RecursiveMode::Recursive)?;
-            }
-            sites.push((root, servlets));
-        }
-        // Editors replace files by renaming over them, which a watch on the
-        // file itself would not survive: watch its folder. So for the
-        // sites' folders: their parents show one replaced or made.
-        let config = source.file.as_ref().and_then(|f| f.canonicalize().ok());
-        let mut parents: Vec<PathBuf> = config
-            .as_ref()
-            .and_then(|f| f.parent())
-            .map(Path::to_path_buf)
-            .into_iter()
-            .collect();
-        for folder in &folders {
-            if let Some(parent) = folder.in_parent.as_deref().and_then(Path::parent)
-                && !parents.iter().any(|p| p == parent)
-            {
-                parents.push(parent.to_path_buf());
-            }
-        }
-        // The configuration's folder is needed; a site folder's parent
-        // only tells of the folder being replaced, and may not be readable.
-        for (i, parent) in parents.iter().enumerate() {
-            match watch(parent, RecursiveMode::NonRecursive) {
-                Err(e) if i > 0 || config.is_none() => {
-                    tracing::warn!(
-                        "{e}; a replaced site folder there is noticed at its next change"
-                    );
-                }
-                watched => watched?,
-            }
-        }
-        Ok(Watched {
-            sites,
-            config,
-            folders,
-            _watchers: watchers,
-        })
-    }
-
-    /// Whether a site's folder is not the one watched: replaced, removed,
-    /// or made since.
-    fn stale(&self) -> bool {
-        self.folders.iter().any(|f| folder_id(&f.dir) != f.id)
-    }
-}
-
-/// What one batch of events touched.
-#[derive(Default)]
-struct Batch {
-    config: bool,
-    sites: Vec<Refresh>,
-}
-
-impl Batch {
-    fn new(sites: usize) -> Batch {
-        Batch {
-            config: false,
-            sites: vec![
-                Refresh {
-                    files: false,
-                    servlets: false
-                };
-                sites
-            ],
-        }
-    }
-
-    fn add(&mut self, msg: Msg, watched: &Watched) {
-        let event = match msg {
-            Msg::Config => {
-                self.config = true;
-                return;
-            }
-            Msg::Stop | Msg::TierUp { .. } => return,
-            Msg::Fs(Err(e)) => {
-                tracing::warn!(error = %e, "file watcher error");
-                return;
-            }
-            Msg::Fs(Ok(event)) => event,
-        };
-        if let EventKind::Access(kind) = event.kind
-            && kind != AccessKind::Close(AccessMode::Write)
-        {
-            return;
-        }
-        for path in &event.paths {
-            if watched.config.as_deref() == Some(path.as_path()) {
-                self.config = true;
-            }
-            if watched
-                .folders
-                .iter()
-                .any(|f| f.in_parent.as_deref() == Some(path.as_path()))
-            {
-                self.touch_all();
-            }
-            for (i, (root, servlets)) in watched.sites.iter().enumerate() {
-                if root.as_ref().is_some_and(|r| path.starts_with(r)) {
-                    self.sites[i].files = true;
-                }
-                if let Some(dir) = servlets
-                    && let Ok(rel) = path.strip_prefix(dir)
-                    && !rel.components().any(|c| c.as_os_str() == "target")
-                {
-                    self.sites[i].servlets = true;
-                }
-            }
-        }
-    }
-
-    /// Every site's files and servlets, looked at again.
-    fn touch_all(&mut self) {
-        for site in &mut self.sites {
-            *site = Refresh::ALL;
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        !self.config && self.sites.iter().all(|r| !r.files && !r.servlets)
     }
 }
 
@@ -365,7 +137,7 @@ fn run(
             // written into it meanwhile goes unseen.
             let stale = !reloaded && watched.stale();
             if reloaded || stale {
-                match Watched::new(&app, &source, &tx) {
+                match Watched::new(&app, source.file.as_deref(), &tx) {
                     Ok(w) => watched = w,
                     Err(e) => {
                         tracing::error!("{e}; hot reload may miss changes until restart")
