@@ -317,7 +317,11 @@ impl App {
         let mut res = {
             // Pinned in place: the wrappers below hold a pointer to the
             // handling, not a copy of its state.
-            let handling = self.route(site, req, client, https, !peer.tls, id, &mut hit);
+            // Only a plain listener redirects: a request that came over
+            // TLS redirected to itself would loop, whatever a proxy says.
+            let redirect = !https && !peer.tls && self.redirects_http();
+            let scheme = (!redirect).then_some(https);
+            let handling = self.route(site, req, client, scheme, id, &mut hit);
             tokio::pin!(handling);
             answer_or_500(handling.as_mut().instrument(span.clone()), id).await
         };
@@ -384,24 +388,20 @@ impl App {
     }
 
     /// The site's answer; `hit` is set to the servlet route that gave it.
-    /// `https`: the client's scheme (as trusted proxies say);
-    /// `plain_listener`: it came to a listener without TLS, the only kind
-    /// that redirects to HTTPS (a TLS listener redirecting to itself would
-    /// loop).
-    #[expect(clippy::too_many_arguments, reason = "one request's parts")]
+    /// `https`: the client's scheme (as trusted proxies say); `None` when
+    /// the request is to be redirected to HTTPS instead.
     async fn route<'s>(
         &self,
         site: &'s Site,
         req: Request<Incoming>,
         client: SocketAddr,
-        https: bool,
-        plain_listener: bool,
+        https: Option<bool>,
         id: RequestId,
         hit: &mut Option<&'s Route>,
     ) -> Response<Body> {
         tracing::Span::current().record("site", site.config.name.as_str());
         let head = req.method() == Method::HEAD;
-        if !https && plain_listener && self.redirects_http() {
+        let Some(https) = https else {
             // The Host goes into the Location: checked as for any request,
             // and a request without one cannot be redirected.
             let redirect = checks::host(&req).and_then(|()| {
@@ -409,7 +409,7 @@ impl App {
                     .ok_or(RequestError::BadRequest("no usable Host to redirect to"))
             });
             return redirect.unwrap_or_else(|e| error_response(e, site, head, id));
-        }
+        };
         match self.dispatch(site, req, client, https, id, hit).await {
             Ok(res) => res,
             Err(e) => {

@@ -32,3 +32,10 @@ impl FileStamp {
         }
     }
 }
+
+/// The (device, inode) of what `path` names, following links: which file
+/// or folder it is, whatever its contents.
+pub(crate) fn identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}

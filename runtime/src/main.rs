@@ -181,18 +181,21 @@ fn new(args: &NewArgs) -> ExitCode {
             }
         };
     // Where it goes, and the command that serves it from there.
+    let config_flag = args
+        .config
+        .as_ref()
+        .map(|f| format!(" --config {}", shell_word(f)))
+        .unwrap_or_default();
+    let default_port = swan::config::DEFAULT_LISTEN
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u16>().ok())
+        .unwrap_or(8080);
     let (dir, serve_flags, port) = match (&args.dir, &args.config) {
-        (Some(d), config) => {
-            let config = config
-                .as_ref()
-                .map(|f| format!(" --config {}", shell_word(f)))
-                .unwrap_or_default();
-            (
-                d.clone(),
-                format!("{config} --servlets {}", shell_word(d)),
-                8080,
-            )
-        }
+        (Some(d), _) => (
+            d.clone(),
+            format!("{config_flag} --servlets {}", shell_word(d)),
+            default_port,
+        ),
         // No configuration at all: `servlets/` and `www/` in this folder,
         // which the built-in defaults serve.
         (None, None)
@@ -210,7 +213,7 @@ fn new(args: &NewArgs) -> ExitCode {
             (
                 PathBuf::from(swan::config::DEFAULT_SERVLETS),
                 String::new(),
-                8080,
+                default_port,
             )
         }
         (None, file) => match Config::load(
@@ -226,13 +229,9 @@ fn new(args: &NewArgs) -> ExitCode {
                     .listen
                     .iter()
                     .find(|l| !l.tls && l.addr.port() != 0)
-                    .map_or(8080, |l| l.addr.port());
-                let flags = file
-                    .as_ref()
-                    .map(|f| format!(" --config {}", shell_word(f)))
-                    .unwrap_or_default();
+                    .map_or(default_port, |l| l.addr.port());
                 match c.default_site().and_then(|s| s.servlets.clone()) {
-                    Some(dir) => (dir, flags, port),
+                    Some(dir) => (dir, config_flag, port),
                     None => {
                         errln!(
                             "error: the default site has no servlets folder: add `servlets = \"servlets\"` to its [[site]], or say where the servlet goes with --dir DIR"

@@ -315,17 +315,8 @@ fn a_native_guest_flooding_headers_or_the_log_is_bounded() {
         .stderr(log_file)
         .spawn()
         .expect("spawn");
-    let mut banner = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
-        &mut banner,
-    )
-    .expect("banner");
-    let addr = banner
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://"))
-        .map(|a| a.trim_end_matches('/').to_owned())
-        .expect("address");
+    let addr = support::banner_address(&mut child)
+        .unwrap_or_else(|banner| panic!("no url in banner: {banner:?}"));
     let before = std::fs::metadata(&log_path).map_or(0, |m| m.len());
     for _ in 0..3 {
         let reply = get(&addr, "/logs");

@@ -336,7 +336,8 @@ async fn wasi_gives_no_files_and_only_the_servlets_settings() -> Result<()> {
 
 /// A `.wasm` that is not binary WebAssembly (text, a symlink to some
 /// other file) is refused without its content: wasmtime would parse it
-/// as the text format and quote it, into the log and the status page.
+/// as the text format and quote it. Checked here in the refusal the
+/// status page shows, which is the same text the log line carries.
 #[tokio::test]
 async fn a_file_that_is_not_binary_webassembly_is_refused_without_quoting_it() -> Result<()> {
     let site = TestSite::new()?;

@@ -194,10 +194,16 @@ impl TestServer {
 
     /// Sends a request over HTTP/1.1 (pooled keep-alive connections).
     pub async fn send(&self, req: Request<Full<Bytes>>) -> Result<Reply> {
-        let res = tokio::time::timeout(Duration::from_secs(30), self.client.request(req))
-            .await
-            .context("request timed out")??;
-        read_reply(res).await
+        send_with(&self.client, req).await
+    }
+
+    /// GET `path` on a task of its own, for requests at once; this
+    /// server's client is shared.
+    pub fn spawn_get(&self, path: &str) -> JoinHandle<Result<Reply>> {
+        let (client, url) = (self.client.clone(), self.url(path));
+        tokio::spawn(
+            async move { send_with(&client, Request::get(url).body(Full::default())?).await },
+        )
     }
 
     /// Sends a request over HTTP/2 with prior knowledge.
@@ -244,6 +250,17 @@ impl Drop for TestServer {
             let _ = stop.send(());
         }
     }
+}
+
+/// Sends `req` on `client`, within 30 s, and reads the reply whole.
+async fn send_with(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    req: Request<Full<Bytes>>,
+) -> Result<Reply> {
+    let res = tokio::time::timeout(Duration::from_secs(30), client.request(req))
+        .await
+        .context("request timed out")??;
+    read_reply(res).await
 }
 
 /// Reads from `stream` until EOF or `wait` passes; returns what came.

@@ -198,13 +198,10 @@ async fn readiness(app: &App) -> Result<(), String> {
 const PATHS: [&str; 5] = ["/livez", "/readyz", "/metrics", "/status.json", "/"];
 
 async fn answer(app: &Arc<App>, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    // HTTP/1.1 needs a Host here too (RFC 9112 §3.2).
-    if req.version() == http::Version::HTTP_11 && !req.headers().contains_key(header::HOST) {
-        return reply(
-            StatusCode::BAD_REQUEST,
-            "text/plain",
-            "HTTP/1.1 request without Host\n",
-        );
+    // The Host is checked as on the public port (RFC 9112 §3.2: HTTP/1.1
+    // needs one, and no request two or a malformed one).
+    if let Err(e) = crate::request::checks::host(&req) {
+        return reply(StatusCode::BAD_REQUEST, "text/plain", format!("{e}\n"));
     }
     // 405 only for a path that exists (404 for any other, whatever the method).
     if req.method() != Method::GET

@@ -88,23 +88,8 @@ fn write_sdk(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir.join("src"))?;
     std::fs::write(dir.join("Cargo.toml"), manifest)
         .with_context(|| format!("cannot write {}", dir.display()))?;
-    copy_tree(&SDK, &dir.join("src"))
-}
-
-/// Writes every file of `tree` under `dest`, sub-folders included.
-fn copy_tree(tree: &Dir<'_>, dest: &Path) -> anyhow::Result<()> {
-    for file in tree.files() {
-        let target = dest.join(file.path());
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(&target, file.contents())
-            .with_context(|| format!("cannot write {}", target.display()))?;
-    }
-    for sub in tree.dirs() {
-        copy_tree(sub, dest)?;
-    }
-    Ok(())
+    SDK.extract(dir.join("src"))
+        .with_context(|| format!("cannot write {}", dir.join("src").display()))
 }
 
 /// A name `swan new` refuses, or one taken already: a usage error.

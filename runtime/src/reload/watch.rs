@@ -77,11 +77,9 @@ fn in_parent(path: &Path) -> Option<PathBuf> {
 
 /// The folder at `path`'s device and inode.
 fn folder_id(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path)
-        .ok()
-        .filter(std::fs::Metadata::is_dir)
-        .map(|m| (m.dev(), m.ino()))
+    path.is_dir()
+        .then(|| crate::file_stamp::identity(path))
+        .flatten()
 }
 
 impl Watched {

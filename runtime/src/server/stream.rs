@@ -192,7 +192,7 @@ fn ends_blank_line(read: &[u8]) -> bool {
 /// Whether bytes ending with `tail` end a head: a blank line, `\r\n\r\n`
 /// or, as hyper also accepts, bare `\n\n`.
 fn ends_head(tail: &[u8; 4]) -> bool {
-    tail == b"\r\n\r\n" || tail[2..] == *b"\n\n"
+    ends_blank_line(tail)
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {

@@ -72,10 +72,10 @@ fn watch(config: TlsConfig, current: Arc<Current>) {
     let mut seen = stamps();
     // A pair on disk refused for its dates (a renewal written before its
     // start, or the serving one still good while the new one expired) is
-    // looked at again every time, not only when its files change: a
-    // renewal becomes good by itself, and the serving certificate may
-    // expire meanwhile.
-    let mut dated = false;
+    // kept, and its dates looked at again every time (not its files, which
+    // have not changed): a renewal becomes good by itself, and the serving
+    // certificate may expire meanwhile.
+    let mut dated: Option<CertifiedKey> = None;
     let spawned = std::thread::Builder::new()
         .name("swan-tls-watch".to_owned())
         .spawn(move || {
@@ -83,34 +83,41 @@ fn watch(config: TlsConfig, current: Arc<Current>) {
                 std::thread::sleep(WATCH_EVERY);
                 let now = stamps();
                 let changed = now != seen;
-                if !changed && !dated {
-                    continue;
-                }
-                seen = now;
-                dated = false;
-                match certs::load(&config.cert, &config.key) {
-                    Ok(key) => match certs::validity_problem(&key) {
-                        // Out of date, where the one serving is not: it
-                        // would fail every handshake.
-                        Some(problem) if certs::validity_problem(&current.0.load()).is_none() => {
-                            dated = true;
-                            if changed {
-                                tracing::error!(
-                                    cert = %config.cert.display(),
-                                    "TLS certificate change refused: the new certificate {problem}; the previous certificate keeps serving (the new one is looked at again until its dates allow it, or the previous one expires)"
-                                );
-                            }
+                let key = if changed {
+                    seen = now;
+                    match certs::load(&config.cert, &config.key) {
+                        Ok(key) => key,
+                        Err(e) => {
+                            dated = None;
+                            tracing::error!(
+                                error = %e,
+                                "TLS certificate change refused; the previous certificate keeps serving"
+                            );
+                            continue;
                         }
-                        _ => {
-                            current.0.store(Arc::new(key));
-                            tracing::info!(cert = %config.cert.display(), "TLS certificate reloaded");
+                    }
+                } else {
+                    match dated.take() {
+                        Some(key) => key,
+                        None => continue,
+                    }
+                };
+                match certs::validity_problem(&key) {
+                    // Out of date, where the one serving is not: it would
+                    // fail every handshake.
+                    Some(problem) if certs::validity_problem(&current.0.load()).is_none() => {
+                        if changed {
+                            tracing::error!(
+                                cert = %config.cert.display(),
+                                "TLS certificate change refused: the new certificate {problem}; the previous certificate keeps serving (the new one is looked at again until its dates allow it, or the previous one expires)"
+                            );
                         }
-                    },
-                    Err(e) if changed => tracing::error!(
-                        error = %e,
-                        "TLS certificate change refused; the previous certificate keeps serving"
-                    ),
-                    Err(_) => {}
+                        dated = Some(key);
+                    }
+                    _ => {
+                        current.0.store(Arc::new(key));
+                        tracing::info!(cert = %config.cert.display(), "TLS certificate reloaded");
+                    }
                 }
             }
         });

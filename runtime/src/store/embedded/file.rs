@@ -158,7 +158,7 @@ impl Shared {
             }
         };
         if let Ok(mut file) = self.file.lock() {
-            *file = file_id(&self.path);
+            *file = crate::file_stamp::identity(&self.path);
         }
         self.db.store(Some(db.clone()));
         if let Ok(mut trouble) = self.trouble.lock()
@@ -168,12 +168,6 @@ impl Shared {
         }
         Ok(db)
     }
-}
-
-/// The file at `path`'s device and inode.
-pub(super) fn file_id(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// An opened database (a tuple struct so the error type stays ours).

@@ -27,7 +27,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableErro
 use tokio::sync::oneshot;
 
 use super::{KeyPage, StoreError, parse_number};
-use file::{RETRY_OPEN, Shared, file_id, open_file, other};
+use file::{RETRY_OPEN, Shared, open_file, other};
 
 /// key → expiry (ms since the epoch, 0: none, 8 bytes big-endian) + value.
 const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
@@ -150,7 +150,7 @@ impl Embedded {
         let shared = Arc::new(Shared {
             path: path.to_owned(),
             db: ArcSwapOption::from_pointee(db),
-            file: Mutex::new(file_id(path)),
+            file: Mutex::new(crate::file_stamp::identity(path)),
             trouble: Mutex::new(None),
         });
         let (writes, rx) = mpsc::channel();
