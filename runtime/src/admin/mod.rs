@@ -194,8 +194,24 @@ async fn readiness(app: &App) -> Result<(), String> {
     Ok(())
 }
 
-/// The admin listener's paths.
-const PATHS: [&str; 5] = ["/livez", "/readyz", "/metrics", "/status.json", "/"];
+/// What the admin listener answers.
+#[derive(Clone, Copy)]
+enum Page {
+    Live,
+    Ready,
+    Metrics,
+    StatusJson,
+    Status,
+}
+
+/// The admin listener's paths, in the order its 404 lists them.
+const PAGES: [(&str, Page); 5] = [
+    ("/livez", Page::Live),
+    ("/readyz", Page::Ready),
+    ("/metrics", Page::Metrics),
+    ("/status.json", Page::StatusJson),
+    ("/", Page::Status),
+];
 
 async fn answer(app: &Arc<App>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     // The Host is checked as on the public port (RFC 9112 §3.2: HTTP/1.1
@@ -203,11 +219,20 @@ async fn answer(app: &Arc<App>, req: Request<Incoming>) -> Response<Full<Bytes>>
     if let Err(e) = crate::request::checks::host(&req) {
         return reply(StatusCode::BAD_REQUEST, "text/plain", format!("{e}\n"));
     }
-    // 405 only for a path that exists (404 for any other, whatever the method).
-    if req.method() != Method::GET
-        && req.method() != Method::HEAD
-        && PATHS.contains(&req.uri().path())
-    {
+    let page = PAGES
+        .iter()
+        .find(|(path, _)| *path == req.uri().path())
+        .map(|&(_, page)| page);
+    let Some(page) = page else {
+        // 404 for any other path, whatever the method.
+        let paths: Vec<&str> = PAGES.iter().map(|(path, _)| *path).collect();
+        return reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            format!("not found: try {}\n", paths.join(", ")),
+        );
+    };
+    if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut res = reply(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
@@ -217,9 +242,9 @@ async fn answer(app: &Arc<App>, req: Request<Incoming>) -> Response<Full<Bytes>>
             .insert(header::ALLOW, http::HeaderValue::from_static("GET, HEAD"));
         return res;
     }
-    match req.uri().path() {
-        "/livez" => reply(StatusCode::OK, "text/plain", "ok\n"),
-        "/readyz" => match readiness(app).await {
+    match page {
+        Page::Live => reply(StatusCode::OK, "text/plain", "ok\n"),
+        Page::Ready => match readiness(app).await {
             Ok(()) => reply(StatusCode::OK, "text/plain", "ready\n"),
             Err(why) => reply(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -227,12 +252,12 @@ async fn answer(app: &Arc<App>, req: Request<Incoming>) -> Response<Full<Bytes>>
                 format!("not ready: {why}\n"),
             ),
         },
-        "/metrics" => reply(
+        Page::Metrics => reply(
             StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             metrics::render(app),
         ),
-        "/status.json" => {
+        Page::StatusJson => {
             let ready = readiness_word(app).await;
             reply(
                 StatusCode::OK,
@@ -240,7 +265,7 @@ async fn answer(app: &Arc<App>, req: Request<Incoming>) -> Response<Full<Bytes>>
                 status::json(app, &ready).to_string(),
             )
         }
-        "/" => {
+        Page::Status => {
             let ready = readiness_word(app).await;
             reply(
                 StatusCode::OK,
@@ -248,11 +273,6 @@ async fn answer(app: &Arc<App>, req: Request<Incoming>) -> Response<Full<Bytes>>
                 status::html(&status::json(app, &ready)),
             )
         }
-        _ => reply(
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            "not found: try /livez, /readyz, /metrics, /status.json or /\n",
-        ),
     }
 }
 

@@ -56,6 +56,14 @@ pub(crate) enum GuestError {
     /// server is busy, the guest is not broken.
     #[error("no free instance slot (server.max_instances)")]
     PoolFull,
+    /// A load's trial instance found no free slot for all of
+    /// [`TRIAL_WAIT`]: requests in flight held every one. Loading again
+    /// later may succeed.
+    #[error(
+        "no free instance slot for {} s to try it in: raise server.max_instances (requests in flight hold every slot)",
+        TRIAL_WAIT.as_secs()
+    )]
+    NoSlotToTry,
     /// The guest trapped, timed out or failed while starting.
     #[error("{0:#}")]
     Failed(wasmtime::Error),
@@ -85,12 +93,7 @@ pub(crate) async fn trial_instance<G: Guest>(
                     tokio::task::yield_now().await;
                 }
             }
-            Err(GuestError::PoolFull) => {
-                return Err(GuestError::Failed(wasmtime::format_err!(
-                    "no free instance slot for {} s to try it in: raise server.max_instances (requests in flight hold every slot)",
-                    TRIAL_WAIT.as_secs()
-                )));
-            }
+            Err(GuestError::PoolFull) => return Err(GuestError::NoSlotToTry),
             made => return made,
         }
     }

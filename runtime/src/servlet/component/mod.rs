@@ -244,10 +244,7 @@ pub(crate) fn load(
     };
     match trial {
         Some(Ok(())) => Ok((guest, tier)),
-        Some(Err(e)) => Err(LoadError::Instantiate {
-            file,
-            reason: e.to_string(),
-        }),
+        Some(Err(e)) => Err(LoadError::trial(file, e)),
         None => Err(LoadError::Instantiate {
             file,
             reason: "the engine stopped".to_owned(),

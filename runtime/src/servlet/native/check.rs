@@ -10,6 +10,7 @@ use wasmtime::{ExternType, Module, ValType};
 use super::abi::{self, ABI_VERSION};
 use super::{Linkers, NativeGuest};
 use crate::engine::{Engine, Tier};
+use crate::servlet::guest::GuestError;
 use crate::servlet::info::ServletInfo;
 
 /// Import module of the swan ABI.
@@ -76,6 +77,15 @@ pub enum LoadError {
         /// What swan implements.
         expected: i32,
     },
+    /// The trial instantiation found no free instance slot: the server
+    /// was busy, the servlet may be fine.
+    #[error("{file}: cannot be instantiated: {reason}")]
+    Busy {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// Linking or the trial instantiation failed.
     #[error("{file}: cannot be instantiated: {reason}")]
     Instantiate {
@@ -87,15 +97,20 @@ pub enum LoadError {
 }
 
 impl LoadError {
+    /// Why a load's trial instance failed.
+    pub(crate) fn trial(file: PathBuf, error: GuestError) -> Self {
+        let reason = error.to_string();
+        match error {
+            GuestError::NoSlotToTry => LoadError::Busy { file, reason },
+            _ => LoadError::Instantiate { file, reason },
+        }
+    }
+
     /// Whether loading the same file with the same settings would be
     /// refused again: not for a file that could not be read, or a trial
     /// instance that found no free slot (`max_instances` busy).
     pub fn is_lasting(&self) -> bool {
-        match self {
-            LoadError::Read { .. } => false,
-            LoadError::Instantiate { reason, .. } => !reason.contains("no free instance slot"),
-            _ => true,
-        }
+        !matches!(self, LoadError::Read { .. } | LoadError::Busy { .. })
     }
 
     /// The file refused.
@@ -107,6 +122,7 @@ impl LoadError {
             | LoadError::ComponentImport { file, .. }
             | LoadError::Export { file, .. }
             | LoadError::AbiVersion { file, .. }
+            | LoadError::Busy { file, .. }
             | LoadError::Instantiate { file, .. } => file,
         }
     }
@@ -149,13 +165,11 @@ pub(crate) fn load(
     let trial = {
         let (guest, budget) = (guest.clone(), engine.clone());
         engine.run_blocking(async move {
-            let mut ready = crate::servlet::guest::trial_instance(&budget, &guest)
-                .await
-                .map_err(|e| format!("{e}"))?;
+            let mut ready = crate::servlet::guest::trial_instance(&budget, &guest).await?;
             let version = ready
                 .instance
                 .get_typed_func::<(), i32>(&mut ready.store, "swan_abi_version")
-                .map_err(|e| format!("{e:#}"))?;
+                .map_err(GuestError::Failed)?;
             // The probe runs under the servlet's deadline, like everything
             // a guest does.
             ready.store.data_mut().deadline =
@@ -164,12 +178,12 @@ pub(crate) fn load(
             version
                 .call_async(&mut ready.store, ())
                 .await
-                .map_err(|e| format!("{e:#}"))
+                .map_err(GuestError::Failed)
         })
     };
     let found = match trial {
         Some(Ok(v)) => v,
-        Some(Err(reason)) => return Err(LoadError::Instantiate { file, reason }),
+        Some(Err(e)) => return Err(LoadError::trial(file, e)),
         None => {
             return Err(LoadError::Instantiate {
                 file,
@@ -238,4 +252,27 @@ fn check_exports(module: &Module, file: &Path) -> Result<(), LoadError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trial_that_found_no_slot_is_not_a_lasting_refusal() {
+        let busy = LoadError::trial(PathBuf::from("s/a.wasm"), GuestError::NoSlotToTry);
+        assert!(!busy.is_lasting());
+        assert!(
+            busy.to_string()
+                .starts_with("s/a.wasm: cannot be instantiated: no free instance slot for 10 s"),
+            "{busy}"
+        );
+        let trap = wasmtime::format_err!("wasm trap: unreachable");
+        let failed = LoadError::trial(PathBuf::from("s/a.wasm"), GuestError::Failed(trap));
+        assert!(failed.is_lasting());
+        assert_eq!(
+            failed.to_string(),
+            "s/a.wasm: cannot be instantiated: wasm trap: unreachable"
+        );
+    }
 }
