@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -136,6 +136,8 @@ const CLIENT_CLOSED: u16 = 499;
 struct Unanswered<'a> {
     app: &'a App,
     site: &'a Site,
+    /// The route the request was routed to, once it was.
+    hit: &'a OnceLock<&'a Route>,
     head: Option<LogHead>,
     client: SocketAddr,
     id: RequestId,
@@ -157,8 +159,8 @@ impl Drop for Unanswered<'_> {
             return;
         }
         let elapsed = self.started.elapsed();
-        let counters = self.app.site_counters(self.site);
-        counters.requests.record(CLIENT_CLOSED, 0, elapsed);
+        let (counters, route) = self.app.counters_for(self.site, self.hit.get().copied());
+        counters.record(CLIENT_CLOSED, 0, elapsed);
         tracing::debug!(request_id = %self.id, "the client went away before the answer");
         if let (Some(head), Some(log)) = (self.head.take(), &self.app.observe.access_log) {
             let entry = head.entry(
@@ -166,7 +168,7 @@ impl Drop for Unanswered<'_> {
                 CLIENT_CLOSED,
                 elapsed,
                 self.site,
-                None,
+                route,
                 self.id,
             );
             log.log(&entry);
@@ -273,6 +275,32 @@ impl App {
             .get_or_init(|| self.observe.site(&site.config.name))
     }
 
+    /// The counters a request to `site` is recorded in, and the route its
+    /// log line names: a servlet route's own; the site's for static files
+    /// and for a route whose servlet was refused (named all the same).
+    fn counters_for<'s>(
+        &self,
+        site: &'s Site,
+        hit: Option<&'s Route>,
+    ) -> (&'s Arc<RouteCounters>, Option<Arc<str>>) {
+        match hit {
+            Some(route) => match &route.target {
+                Target::Servlet(s) => {
+                    let counters = s.stats().requests.get_or_init(|| {
+                        self.observe
+                            .route(&site.config.name, &route.path.to_string())
+                    });
+                    (counters, Some(counters.route.clone()))
+                }
+                Target::BuildFailed(_) | Target::Refused(_) => (
+                    &self.site_counters(site).requests,
+                    Some(Arc::from(route.path.to_string())),
+                ),
+            },
+            None => (&self.site_counters(site).requests, None),
+        }
+    }
+
     /// Answers one request from `peer`; the [`Exchange`] (when there is
     /// something left to record) goes with the response body and is
     /// finished when the body is sent.
@@ -304,16 +332,17 @@ impl App {
             (req.version() == http::Version::HTTP_2).then(|| req.method() == Method::HEAD);
         let sites = self.sites.load();
         let site = sites.for_host(host_of(&req));
+        let hit = OnceLock::new();
         let unanswered = Unanswered {
             app: self,
             site,
+            hit: &hit,
             head: log_head,
             client,
             id,
             started,
             answered: false,
         };
-        let mut hit = None;
         let mut res = {
             // Pinned in place: the wrappers below hold a pointer to the
             // handling, not a copy of its state.
@@ -321,7 +350,7 @@ impl App {
             // TLS redirected to itself would loop, whatever a proxy says.
             let redirect = !https && !peer.tls && self.redirects_http();
             let scheme = (!redirect).then_some(https);
-            let handling = self.route(site, req, client, scheme, id, &mut hit);
+            let handling = self.route(site, req, client, scheme, id, &hit);
             tokio::pin!(handling);
             answer_or_500(handling.as_mut().instrument(span.clone()), id).await
         };
@@ -343,25 +372,16 @@ impl App {
         let status = res.status().as_u16();
         let size = http_body::Body::size_hint(res.body()).exact();
         let elapsed = started.elapsed();
-        let servlet = hit.and_then(|r| match &r.target {
-            Target::Servlet(s) => Some((r, s)),
-            Target::BuildFailed(_) | Target::Refused(_) => None,
-        });
-        let counters: &Arc<RouteCounters> = match servlet {
-            Some((route, s)) => s.stats().requests.get_or_init(|| {
-                self.observe
-                    .route(&site.config.name, &route.path.to_string())
-            }),
-            None => {
-                let sc = self.site_counters(site);
-                if res.body().is_streamed() {
-                    sc.streamed.add(1);
-                } else if (200..400).contains(&status) {
-                    sc.cache_hits.add(1);
-                }
-                &sc.requests
+        let hit = hit.get().copied();
+        let (counters, route) = self.counters_for(site, hit);
+        if !hit.is_some_and(|r| matches!(r.target, Target::Servlet(_))) {
+            let sc = self.site_counters(site);
+            if res.body().is_streamed() {
+                sc.streamed.add(1);
+            } else if (200..400).contains(&status) {
+                sc.cache_hits.add(1);
             }
-        };
+        }
         counters.record(status, size.unwrap_or(0), elapsed);
         if !span.is_disabled() {
             span.record("site", site.config.name.as_str());
@@ -369,13 +389,7 @@ impl App {
             span.record("ms", elapsed.as_secs_f64() * 1000.0);
             span.in_scope(|| tracing::debug!("answered"));
         }
-        let log = log_head.map(|head| {
-            let route = match servlet {
-                Some(_) => Some(counters.route.clone()),
-                None => hit.map(|r| Arc::from(r.path.to_string())),
-            };
-            head.entry(client, status, elapsed, site, route, id)
-        });
+        let log = log_head.map(|head| head.entry(client, status, elapsed, site, route, id));
         // A body of unknown size (a streaming servlet) counts its bytes
         // when it is sent.
         let unknown_size = size.is_none().then(|| counters.clone());
@@ -397,7 +411,7 @@ impl App {
         client: SocketAddr,
         https: Option<bool>,
         id: RequestId,
-        hit: &mut Option<&'s Route>,
+        hit: &OnceLock<&'s Route>,
     ) -> Response<Body> {
         tracing::Span::current().record("site", site.config.name.as_str());
         let head = req.method() == Method::HEAD;
@@ -416,7 +430,7 @@ impl App {
                 if let Some(Route {
                     target: Target::Servlet(s),
                     ..
-                }) = hit
+                }) = hit.get().copied()
                 {
                     s.stats().failed(&e, id);
                 }
@@ -467,10 +481,27 @@ impl App {
         remote: SocketAddr,
         https: bool,
         id: RequestId,
-        hit: &mut Option<&'s Route>,
+        hit: &OnceLock<&'s Route>,
     ) -> Result<Response<Body>, RequestError> {
         checks::host(&req)?;
         checks::framing(req.headers())?;
+        let normalized = match path::normalize(req.uri().path()) {
+            Ok(p) => p,
+            Err(e) if e.is_not_found() => return Err(RequestError::NotFound),
+            Err(_) => return Err(RequestError::BadRequest("malformed path")),
+        };
+        let routes = &site.servlets.routes;
+        let found = if routes.is_empty() {
+            None
+        } else {
+            routes.find(&normalized)
+        };
+        // Routed before the body's size is checked: a refusal is the
+        // route's, in the log and the metrics.
+        if let Some(m) = &found {
+            tracing::Span::current().record("route", tracing::field::display(&m.route.path));
+            let _ = hit.set(m.route);
+        }
         if let Some(len) = req.headers().get(header::CONTENT_LENGTH) {
             match len.to_str().ok().and_then(|s| s.parse::<u64>().ok()) {
                 Some(n) if n > self.server.max_body_bytes => {
@@ -480,17 +511,7 @@ impl App {
                 None => return Err(RequestError::BadRequest("malformed Content-Length")),
             }
         }
-        let normalized = match path::normalize(req.uri().path()) {
-            Ok(p) => p,
-            Err(e) if e.is_not_found() => return Err(RequestError::NotFound),
-            Err(_) => return Err(RequestError::BadRequest("malformed path")),
-        };
-        let routes = &site.servlets.routes;
-        if !routes.is_empty()
-            && let Some(m) = routes.find(&normalized)
-        {
-            tracing::Span::current().record("route", tracing::field::display(&m.route.path));
-            *hit = Some(m.route);
+        if let Some(m) = found {
             return match &m.route.target {
                 Target::Servlet(servlet) => {
                     // The request moves into the servlet: keep the path.

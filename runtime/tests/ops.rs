@@ -1012,6 +1012,75 @@ fn an_http2_request_reset_before_its_answer_is_logged_as_499_and_bytes_are_those
     stop(s.child);
 }
 
+/// HTTP/1.1: a client that closes its connection (FIN) or resets it
+/// while its servlet runs is noticed without a write: the servlet is
+/// stopped long before its `timeout`, its `max_concurrency` place goes to
+/// the next client, and the line says 499 with the servlet's route (not
+/// the static files' `-`). A body over `max_body_bytes` refused before
+/// any servlet runs is the route's too.
+#[test]
+fn an_http1_client_that_leaves_while_its_servlet_runs_is_a_499_of_that_route() {
+    let dir = with_servlets(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nmax_body_bytes = 1000\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [log]\naccess = \"logs/access.log\"\nformat = \"json\"\n\
+         [[site]]\nname = \"main\"\nroot = \"www\"\nservlets = \"servlets\"\n\
+         [site.servlet]\ntimeout = \"5s\"\nmax_concurrency = 1\nqueue_timeout = \"4s\"\n",
+    );
+    std::fs::create_dir(dir.path().join("logs")).expect("logs");
+    std::fs::write(
+        dir.path().join("servlets/spin.wasm"),
+        wat::parse_str(SPIN).expect("spin"),
+    )
+    .expect("spin");
+    let s = start(dir.path(), &[], true);
+    let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
+    let log = dir.path().join("logs/access.log");
+    let spin = b"GET /spin HTTP/1.1\r\nHost: a\r\n\r\n";
+    // A close, a reset, and a client that only ends its sending side.
+    for (n, how) in ["close", "reset", "shutdown"].iter().enumerate() {
+        let started = Instant::now();
+        let mut stream = TcpStream::connect(&public).expect("connect");
+        stream.write_all(spin).expect("request");
+        std::thread::sleep(Duration::from_millis(300));
+        match *how {
+            "reset" => socket2::SockRef::from(&stream)
+                .set_linger(Some(Duration::ZERO))
+                .expect("linger"),
+            "shutdown" => stream.shutdown(std::net::Shutdown::Write).expect("shutdown"),
+            _ => {}
+        }
+        drop(stream);
+        let lines = read_lines(&log, n + 1);
+        let line: serde_json::Value =
+            serde_json::from_str(&lines[n]).expect("a JSON line");
+        assert_eq!(line["status"], 499, "{how}: {lines:?}");
+        assert_eq!(line["route"], "/spin/*", "{how}: {lines:?}");
+        let ms = line["duration_ms"].as_f64().expect("duration");
+        assert!(ms < 2500.0, "{how}: stopped after {ms} ms, its timeout is 5 s");
+        // Its place is free: the servlet's one place is taken at once.
+        assert!(started.elapsed() < Duration::from_secs(4), "{how}");
+    }
+    let metrics = get(&admin, "/metrics");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("swan_requests_total{")
+            && l.contains("route=\"/spin/*\"")
+            && l.contains("class=\"4xx\"")
+            && l.ends_with(" 3")),
+        "{metrics}"
+    );
+    // Refused on its declared length before the servlet runs: the route's.
+    let reply = raw(
+        &public,
+        b"POST /who HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&reply), 413, "{reply}");
+    let lines = read_lines(&log, 4);
+    let line: serde_json::Value = serde_json::from_str(&lines[3]).expect("a JSON line");
+    assert_eq!((&line["status"], &line["route"]), (&413.into(), &"/who/*".into()), "{lines:?}");
+    stop(s.child);
+}
+
 /// Connections held open on the admin listener (idle, or a flood) never
 /// keep a probe waiting: past its cap of 1,024 the oldest is closed and
 /// the new one served. Before, a probe waited for a slot (up to 3 s, over

@@ -60,8 +60,9 @@ pub(crate) fn failures_at(server: &TestServer, path: &str) -> (u64, u64, Vec<Str
 }
 
 /// `{prefix}/stream-then-trap?n=64` aborts its response: over HTTP/1.1 the
-/// connection closes without the terminating chunk; over h2 the stream is
-/// reset, so the client sees an error, not a short 200. Each abort counts
+/// connection closes without the terminating chunk; over HTTP/1.0 it is
+/// reset; over h2 the stream is reset, so the client sees an error, not a
+/// short 200. Each abort counts
 /// as the servlet's trap (`swan_servlet_traps_total`), as a 500 would.
 pub(crate) async fn failing_mid_stream_aborts_the_response(
     server: &TestServer,
@@ -97,9 +98,24 @@ pub(crate) async fn failing_mid_stream_aborts_the_response(
         res.into_body().collect().await.is_err(),
         "h2 body ended cleanly"
     );
+    // HTTP/1.0 has no chunks: the body ends where the connection does, so
+    // only a reset, never a plain close, tells the client it is cut off.
+    let mut stream = TcpStream::connect(server.addr()).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: a\r\n\r\n").as_bytes())
+        .await?;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got)).await;
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.0 200"), "{}", &text[..text.len().min(200)]);
+    assert!(
+        matches!(read, Ok(Err(ref e)) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "HTTP/1.0: {read:?} after {} bytes; a reset was expected",
+        got.len()
+    );
     assert_eq!(server.get(&format!("{prefix}/ok")).await?.text(), "ok");
     let (traps, _, recent) = failures_at(server, &path);
-    assert_eq!(traps, traps_before + 2, "{recent:?}");
+    assert_eq!(traps, traps_before + 3, "{recent:?}");
     let last = recent.last().map_or("", String::as_str);
     assert!(
         last.starts_with("failed mid-stream: trap") && !last.contains('\n'),

@@ -131,13 +131,36 @@ impl OutboundRule {
             && (named.split('.').any(|label| {
                 label.is_empty()
                     || label.len() > 63
+                    || label.starts_with('-')
+                    || label.ends_with('-')
                     || !label
                         .bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             }) || named.len() > 253)
         {
             return Err(format!(
-                "{s:?}: {host:?} is not a host name or IP address (letters, digits, `-` and `_` in dot-separated labels)"
+                "{s:?}: {host:?} is not a host name or IP address (letters, digits, `-` and `_` in dot-separated labels, no label starting or ending with `-`)"
+            ));
+        }
+        // `127.1`, `2130706433`, `0x7f.1`: an address in a spelling URL
+        // parsers read as a number, which the rule would compare as a name
+        // and never match.
+        let last = named.rsplit('.').next().unwrap_or_default();
+        let numeric = !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit())
+            || last
+                .strip_prefix("0x")
+                .is_some_and(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()));
+        if !bracketed && host.parse::<std::net::Ipv4Addr>().is_err() && numeric {
+            return Err(format!(
+                "{s:?}: {host:?} is an address in a short or numeric spelling: write it as four decimal numbers (127.0.0.1)"
+            ));
+        }
+        if host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified())
+        {
+            return Err(format!(
+                "{s:?}: {host:?} is the unspecified address, which as a destination reaches this host: name the address meant (127.0.0.1 or [::1], with outbound_private = true)"
             ));
         }
         let host = canonical_host(host);
@@ -148,7 +171,7 @@ impl OutboundRule {
                 Some(
                     p.parse::<u16>()
                         .ok()
-                        .filter(|&p| p != 0)
+                        .filter(|&n| n != 0 && p.bytes().all(|b| b.is_ascii_digit()))
                         .ok_or_else(|| format!("{s:?}: {p:?} is not a port (1 to 65535, or *)"))?,
                 ),
                 false,

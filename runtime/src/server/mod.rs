@@ -8,6 +8,7 @@
 //! its in-flight requests, and whatever is left at the drain deadline is
 //! dropped.
 
+mod client_gone;
 mod conn;
 pub mod handover;
 pub mod listener;
@@ -261,14 +262,11 @@ async fn accept_loop(
         if *shutdown.borrow() {
             return;
         }
-        let permit = tokio::select! {
-            biased;
-            _ = shutdown.changed() => return,
-            permit = connections.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => return,
-            },
-        };
+        // Accepted first, then given a place: a loop waiting for a place
+        // before accepting would hold one idle (every listener of every
+        // worker has its own loop), and connections would queue while
+        // places were free. At the limit, each loop holds at most one
+        // accepted connection until a place frees.
         let (stream, remote) = tokio::select! {
             biased;
             _ = shutdown.changed() => return,
@@ -281,6 +279,18 @@ async fn accept_loop(
                     }
                     continue;
                 }
+            },
+        };
+        let permit = match connections.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(tokio::sync::TryAcquireError::Closed) => return,
+            Err(tokio::sync::TryAcquireError::NoPermits) => tokio::select! {
+                biased;
+                _ = shutdown.changed() => return,
+                permit = connections.clone().acquire_owned() => match permit {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
             },
         };
         let _ = stream.set_nodelay(true);

@@ -27,6 +27,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::conn::{self, Builders, Linger, Slot};
+use super::client_gone::ClientGone;
 use super::stream::WatchedIo;
 use super::watchdog::{self, ConnState, Limits, Verdict};
 use crate::app::App;
@@ -118,12 +119,22 @@ pub(crate) async fn serve(
         // its side only when hyper closes the connection: a release keeps
         // it open (see `WatchedIo::poll_shutdown`).
         // Boxed: the task holds a pointer while parked, not a connection.
+        let mut gone = ClientGone::new(io.get_ref(), state.clone());
         let mut conn = Box::pin(builders.http1.serve_connection(TokioIo::new(io), service));
         let mut closing = false;
         let mut watchdog = Box::pin(watchdog::watch(state.clone(), limits, false, true));
         let ended = loop {
             tokio::select! {
+                // The connection first: a request it starts arms `gone`
+                // in the same pass.
+                biased;
                 result = conn.as_mut() => break result,
+                () = &mut gone => {
+                    // Dropping the connection drops the handler: its
+                    // request is logged and counted as 499.
+                    tracing::debug!(remote = %peer.addr, "the client left while its request was handled");
+                    return;
+                }
                 _ = shutdown.changed(), if !closing && !linger.started() => linger.start(&state),
                 () = linger.wait(), if !closing => {
                     state.release();
@@ -168,6 +179,15 @@ pub(crate) async fn serve(
                 service = parts.service;
             }
             Err(e) => {
+                if e.is_user() {
+                    // A response body failed (a servlet trapped mid-body,
+                    // or passed `max_response_bytes`). A close-delimited
+                    // body (HTTP/1.0) that ended with a plain close would
+                    // look complete: a reset says it is cut off.
+                    let io = std::pin::Pin::into_inner(conn).into_parts().io.into_inner();
+                    let _ = socket2::SockRef::from(io.get_ref())
+                        .set_linger(Some(std::time::Duration::ZERO));
+                }
                 conn::ended_with(Err(e.into()), &state, &observe, peer);
                 return;
             }

@@ -284,6 +284,11 @@ impl ConnState {
         self.handling.load(Ordering::Relaxed) > 0 && !self.bodyless.load(Ordering::Relaxed)
     }
 
+    /// A request's handler is running: its answer's head is not out yet.
+    pub(super) fn handler_running(&self) -> bool {
+        self.handling.load(Ordering::Relaxed) > 0
+    }
+
     pub(super) fn in_flight(&self) -> bool {
         self.handling.load(Ordering::Relaxed) > 0 || self.sending.load(Ordering::Relaxed) > 0
     }

@@ -85,6 +85,12 @@ async fn http_send(mut caller: Caller<'_, Host>, ptr: i32, len: i32) -> wasmtime
             headers.extend_from_slice(value.as_bytes());
             headers.extend_from_slice(b"\n");
         }
+        // The ABI promises 100-599; anything else upstream is a protocol
+        // error.
+        if !(100..=599).contains(&parts.status.as_u16()) {
+            io.abort();
+            return Err(SendError::Failed);
+        }
         Ok((
             parts.status.as_u16(),
             Fetched {
@@ -119,38 +125,59 @@ fn http_response_get(
     Ok(copy_out(mem, &src, buf_ptr, buf_len)?)
 }
 
-/// `METHOD URL\n` headers `\n\n` body, into a request with an absolute URI
-/// and a Host header.
+/// `METHOD URL` headers, an empty line, body, into a request with an
+/// absolute URI and a Host header. Lines end with `\n` or `\r\n`; the
+/// head ends at the first empty line either way. The headers a component
+/// may not set (`wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS`: framing,
+/// hop-by-hop, proxy credentials) are refused, and so is a Host that is
+/// not the URL's own authority: the allow-list checks the URL, so the
+/// Host cannot name another site behind an allowed address.
 fn parse(text: &Bytes) -> Option<Request<Full<Bytes>>> {
-    let head_end = text
-        .windows(2)
-        .position(|w| w == b"\n\n")
-        .map(|i| (i, i + 2))
-        .unwrap_or((text.len(), text.len()));
-    let head = std::str::from_utf8(&text[..head_end.0]).ok()?;
-    let body = text.slice(head_end.1.min(text.len())..);
-    let mut lines = head.split('\n');
-    let (method, url) = lines.next()?.trim_end_matches('\r').split_once(' ')?;
+    let mut lines = Vec::new();
+    let mut body_start = text.len();
+    let mut at = 0;
+    while at < text.len() {
+        let (line, next) = match text[at..].iter().position(|&b| b == b'\n') {
+            Some(i) => (&text[at..at + i], at + i + 1),
+            None => (&text[at..], text.len()),
+        };
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            body_start = next;
+            break;
+        }
+        lines.push(std::str::from_utf8(line).ok()?);
+        at = next;
+    }
+    let mut lines = lines.into_iter();
+    let (method, url) = lines.next()?.split_once(' ')?;
     let method = Method::from_bytes(method.as_bytes()).ok()?;
     let uri: Uri = url.trim().parse().ok()?;
     let authority = uri.authority()?.clone();
+    // The Host names the host the URL does, never its user information.
+    let own_host = authority
+        .as_str()
+        .rsplit_once('@')
+        .map_or(authority.as_str(), |(_, host)| host)
+        .to_owned();
     let mut req = Request::builder().method(method).uri(uri);
-    let mut has_host = false;
     for line in lines {
-        let line = line.trim_end_matches('\r');
-        if line.is_empty() {
-            continue;
-        }
         let (name, value) = line.split_once(':')?;
         let name = HeaderName::from_bytes(name.trim().as_bytes()).ok()?;
         let value = HeaderValue::from_str(value.trim()).ok()?;
-        has_host |= name == http::header::HOST;
+        if name == http::header::HOST {
+            if !value.as_bytes().eq_ignore_ascii_case(own_host.as_bytes()) {
+                return None;
+            }
+            continue;
+        }
+        if wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS.contains(&name) {
+            return None;
+        }
         req = req.header(name, value);
     }
-    if !has_host {
-        req = req.header(http::header::HOST, authority.as_str());
-    }
-    req.body(Full::new(body)).ok()
+    req = req.header(http::header::HOST, own_host);
+    req.body(Full::new(text.slice(body_start..))).ok()
 }
 
 fn classify(e: wasmtime_wasi_http::Error) -> SendError {
@@ -175,6 +202,8 @@ fn classify(e: wasmtime_wasi_http::Error) -> SendError {
 
 #[cfg(test)]
 mod tests {
+    use hyper::body::Body as _;
+
     use super::*;
 
     #[test]
@@ -187,11 +216,34 @@ mod tests {
         assert_eq!(req.headers()["host"], "127.0.0.1:8080");
         let bare = parse(&Bytes::from_static(b"GET https://example.com/")).expect("parses");
         assert_eq!(bare.headers()["host"], "example.com");
+        // CRLF lines: the head ends at the first empty line, and what
+        // follows is the body, never more headers.
+        let crlf = Bytes::from_static(b"POST http://u@x.test/e\r\nx-a: b\r\n\r\nkey: value");
+        let req = parse(&crlf).expect("parses");
+        assert_eq!(req.headers().len(), 2, "{:?}", req.headers());
+        assert_eq!(req.headers()["host"], "x.test");
+        assert_eq!(req.body().size_hint().exact(), Some(10));
+        // A Host that is the URL's own is kept (once).
+        let same = parse(&Bytes::from_static(b"GET http://X.test:81/\nHost: x.TEST:81\n\n"))
+            .expect("parses");
+        assert_eq!(same.headers().get_all("host").iter().count(), 1);
         for bad in [
             &b"GET"[..],
             b"GET /relative",
             b"BAD METHOD http://x/",
             b"GET http://x/\nno colon\n\n",
+            b"\nGET http://x/\n\n",
+            // Another site behind the same address, or two Hosts.
+            b"GET http://x/\nHost: admin.internal\n\n",
+            b"GET http://x/\nHost: x\nHost: admin.internal\n\n",
+            b"GET http://x:80/\nHost: x\n\n",
+            // What components may not set either.
+            b"GET http://x/\nConnection: close\n\n",
+            b"GET http://x/\nUpgrade: websocket\n\n",
+            b"POST http://x/\nTransfer-Encoding: chunked\n\n",
+            b"GET http://x/\nProxy-Authorization: Basic eA==\n\n",
+            b"GET http://x/\nKeep-Alive: 5\n\n",
+            b"GET http://x/\nx-a: b\rx-b: c\n\n",
         ] {
             assert!(
                 parse(&Bytes::copy_from_slice(bad)).is_none(),
