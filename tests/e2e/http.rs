@@ -206,6 +206,38 @@ async fn connections_over_the_limit_wait_for_a_free_slot() -> Result<()> {
     Ok(())
 }
 
+/// Exactly `max_connections` are served, however many accept loops there
+/// are (one per listener and worker): none keeps a place idle while a
+/// connection waits.
+#[tokio::test]
+async fn max_connections_places_are_all_used_with_many_workers() -> Result<()> {
+    let (_site, server) =
+        server_with("workers = 4\nmax_connections = 4\nkeepalive_timeout = \"30s\"").await?;
+    let mut open = Vec::new();
+    for n in 0..4 {
+        let mut c = TcpStream::connect(server.addr()).await?;
+        c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await?;
+        let mut buf = vec![0u8; 1024];
+        let read = tokio::time::timeout(Duration::from_secs(3), c.read(&mut buf)).await;
+        let got = match read {
+            Ok(Ok(len)) => String::from_utf8_lossy(&buf[..len]).into_owned(),
+            _ => String::new(),
+        };
+        assert!(got.starts_with("HTTP/1.1 200"), "connection {n} of 4 unserved: {got:?}");
+        open.push(c);
+    }
+    // The fifth waits, and gets the first place that frees.
+    let mut fifth = TcpStream::connect(server.addr()).await?;
+    fifth
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await?;
+    assert_eq!(read_until_close(&mut fifth, Duration::from_millis(300)).await, "");
+    drop(open.pop());
+    let later = read_until_close(&mut fifth, Duration::from_secs(5)).await;
+    assert!(later.starts_with("HTTP/1.1 200"), "{later}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn shutdown_lets_in_flight_responses_finish_and_stops_accepting() -> Result<()> {
     let (_site, server) = server_with("drain_timeout = \"10s\"").await?;
