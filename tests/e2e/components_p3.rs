@@ -100,6 +100,30 @@ async fn a_p3_component_is_refused_unless_its_route_opts_in() -> Result<()> {
     Ok(())
 }
 
+/// Turning the opt-in off by a configuration reload (say after an
+/// advisory) takes effect as a restart would: the p3 component stops
+/// serving. The previous version keeps serving for a broken file, not
+/// for settings the operator withdrew.
+#[tokio::test]
+async fn turning_wasi_http_p3_off_by_reload_stops_the_p3_component() -> Result<()> {
+    let (site, server) = start("").await?;
+    assert_eq!(server.get("/p/ok").await?.text(), "ok");
+    site.config(
+        "[server]\nmax_instances = 64\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nprewarm = 1\nwasi_http_p3 = false\n",
+    )?;
+    let stopped = eventually(WAIT, || async {
+        server
+            .get("/p/ok")
+            .await
+            .is_ok_and(|r| r.status == StatusCode::NOT_FOUND)
+    })
+    .await;
+    assert!(stopped, "the p3 component still serves with wasi_http_p3 off");
+    assert!(refused(&server, "p.wasm", "wasi_http_p3 = true"));
+    assert_eq!(server.get("/").await?.text(), "home");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_component_using_the_async_abi_needs_the_opt_in_too() -> Result<()> {
     // No wasi:http export at all, but an async lift: refused for what it

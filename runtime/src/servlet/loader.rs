@@ -350,12 +350,25 @@ impl Loader {
                     }
                     Ok(Err(error)) => {
                         let file = error.file().to_path_buf();
+                        let lasting = error.is_lasting();
+                        // The previous version stands in for a broken file,
+                        // not for settings the operator changed (turning
+                        // `wasi_http_p3` off, lowering a limit): with those,
+                        // it is what a restart would refuse.
+                        let settings_changed = old
+                            .as_ref()
+                            .is_some_and(|o| *o.servlet.info() != *tried.info);
+                        let old = if lasting && settings_changed {
+                            tracing::warn!(route = %path, file = %file.display(), "refused under the route's new settings; the previous version, loaded under the old ones, stops serving");
+                            None
+                        } else {
+                            old
+                        };
                         let kept_previous = old.is_some();
                         if kept_previous {
                             tracing::warn!(route = %path, file = %file.display(), "new version refused; the previous version keeps serving");
                         }
                         loaded.push(old);
-                        let lasting = error.is_lasting();
                         refused.push(Refused {
                             file,
                             error: Arc::new(error),
