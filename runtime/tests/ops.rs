@@ -1047,26 +1047,32 @@ fn an_http1_client_that_leaves_while_its_servlet_runs_is_a_499_of_that_route() {
             "reset" => socket2::SockRef::from(&stream)
                 .set_linger(Some(Duration::ZERO))
                 .expect("linger"),
-            "shutdown" => stream.shutdown(std::net::Shutdown::Write).expect("shutdown"),
+            "shutdown" => stream
+                .shutdown(std::net::Shutdown::Write)
+                .expect("shutdown"),
             _ => {}
         }
         drop(stream);
         let lines = read_lines(&log, n + 1);
-        let line: serde_json::Value =
-            serde_json::from_str(&lines[n]).expect("a JSON line");
+        let line: serde_json::Value = serde_json::from_str(&lines[n]).expect("a JSON line");
         assert_eq!(line["status"], 499, "{how}: {lines:?}");
         assert_eq!(line["route"], "/spin/*", "{how}: {lines:?}");
         let ms = line["duration_ms"].as_f64().expect("duration");
-        assert!(ms < 2500.0, "{how}: stopped after {ms} ms, its timeout is 5 s");
+        assert!(
+            ms < 2500.0,
+            "{how}: stopped after {ms} ms, its timeout is 5 s"
+        );
         // Its place is free: the servlet's one place is taken at once.
         assert!(started.elapsed() < Duration::from_secs(4), "{how}");
     }
     let metrics = get(&admin, "/metrics");
     assert!(
-        metrics.lines().any(|l| l.starts_with("swan_requests_total{")
-            && l.contains("route=\"/spin/*\"")
-            && l.contains("class=\"4xx\"")
-            && l.ends_with(" 3")),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("swan_requests_total{")
+                && l.contains("route=\"/spin/*\"")
+                && l.contains("class=\"4xx\"")
+                && l.ends_with(" 3")),
         "{metrics}"
     );
     // Refused on its declared length before the servlet runs: the route's.
@@ -1077,7 +1083,11 @@ fn an_http1_client_that_leaves_while_its_servlet_runs_is_a_499_of_that_route() {
     assert_eq!(status_of(&reply), 413, "{reply}");
     let lines = read_lines(&log, 4);
     let line: serde_json::Value = serde_json::from_str(&lines[3]).expect("a JSON line");
-    assert_eq!((&line["status"], &line["route"]), (&413.into(), &"/who/*".into()), "{lines:?}");
+    assert_eq!(
+        (&line["status"], &line["route"]),
+        (&413.into(), &"/who/*".into()),
+        "{lines:?}"
+    );
     stop(s.child);
 }
 

@@ -107,7 +107,11 @@ pub(crate) async fn failing_mid_stream_aborts_the_response(
     let mut got = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got)).await;
     let text = String::from_utf8_lossy(&got);
-    assert!(text.starts_with("HTTP/1.0 200"), "{}", &text[..text.len().min(200)]);
+    assert!(
+        text.starts_with("HTTP/1.0 200"),
+        "{}",
+        &text[..text.len().min(200)]
+    );
     assert!(
         matches!(read, Ok(Err(ref e)) if e.kind() == std::io::ErrorKind::ConnectionReset),
         "HTTP/1.0: {read:?} after {} bytes; a reset was expected",

@@ -118,7 +118,10 @@ async fn turning_wasi_http_p3_off_by_reload_stops_the_p3_component() -> Result<(
             .is_ok_and(|r| r.status == StatusCode::NOT_FOUND)
     })
     .await;
-    assert!(stopped, "the p3 component still serves with wasi_http_p3 off");
+    assert!(
+        stopped,
+        "the p3 component still serves with wasi_http_p3 off"
+    );
     assert!(refused(&server, "p.wasm", "wasi_http_p3 = true"));
     assert_eq!(server.get("/").await?.text(), "home");
     Ok(())

@@ -223,7 +223,10 @@ async fn max_connections_places_are_all_used_with_many_workers() -> Result<()> {
             Ok(Ok(len)) => String::from_utf8_lossy(&buf[..len]).into_owned(),
             _ => String::new(),
         };
-        assert!(got.starts_with("HTTP/1.1 200"), "connection {n} of 4 unserved: {got:?}");
+        assert!(
+            got.starts_with("HTTP/1.1 200"),
+            "connection {n} of 4 unserved: {got:?}"
+        );
         open.push(c);
     }
     // The fifth waits, and gets the first place that frees.
@@ -231,7 +234,10 @@ async fn max_connections_places_are_all_used_with_many_workers() -> Result<()> {
     fifth
         .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
         .await?;
-    assert_eq!(read_until_close(&mut fifth, Duration::from_millis(300)).await, "");
+    assert_eq!(
+        read_until_close(&mut fifth, Duration::from_millis(300)).await,
+        ""
+    );
     drop(open.pop());
     let later = read_until_close(&mut fifth, Duration::from_secs(5)).await;
     assert!(later.starts_with("HTTP/1.1 200"), "{later}");

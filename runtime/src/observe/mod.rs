@@ -72,6 +72,10 @@ pub struct Observe {
     readiness: AtomicU8,
     sites: Mutex<HashMap<Arc<str>, Arc<SiteCounters>>>,
     routes: Mutex<HashMap<RouteKey, Arc<RouteCounters>>>,
+    /// The sites configured now, once a reload has said (`None`: any):
+    /// counters first asked for by a request of a site a reload removed
+    /// are not listed, so its series do not come back.
+    current_sites: Mutex<Option<Vec<Arc<str>>>>,
     /// Connections open now.
     pub connections_open: AtomicI64,
     /// Open connections parked now: idle HTTP/1 keep-alive connections
@@ -109,6 +113,7 @@ impl Default for Observe {
             readiness: AtomicU8::new(Readiness::Starting as u8),
             sites: Mutex::default(),
             routes: Mutex::default(),
+            current_sites: Mutex::default(),
             connections_open: AtomicI64::new(0),
             connections_parked: AtomicI64::new(0),
             connections_total: Counter::default(),
@@ -147,19 +152,33 @@ impl Observe {
     /// The counters of `site`'s static files (made on first use; kept
     /// across reloads).
     pub fn site(&self, site: &str) -> Arc<SiteCounters> {
+        if !self.is_current(site) {
+            return Arc::default();
+        }
         let Ok(mut map) = self.sites.lock() else {
             return Arc::default();
         };
         map.entry(Arc::from(site)).or_default().clone()
     }
 
+    /// Whether `site` is configured now (its counters are listed).
+    fn is_current(&self, site: &str) -> bool {
+        self.current_sites.lock().map_or(true, |now| {
+            now.as_ref()
+                .is_none_or(|names| names.iter().any(|n| &**n == site))
+        })
+    }
+
     /// The counters of a servlet route (made on first use; kept across
     /// reloads).
     pub fn route(&self, site: &str, route: &str) -> Arc<RouteCounters> {
-        let Ok(mut map) = self.routes.lock() else {
-            return Arc::default();
-        };
         let route: Arc<str> = Arc::from(route);
+        if !self.is_current(site) {
+            return Arc::new(RouteCounters::named(route));
+        }
+        let Ok(mut map) = self.routes.lock() else {
+            return Arc::new(RouteCounters::named(route));
+        };
         map.entry((Arc::from(site), route.clone()))
             .or_insert_with(|| Arc::new(RouteCounters::named(route)))
             .clone()
@@ -167,8 +186,12 @@ impl Observe {
 
     /// Forgets the counters of sites no longer configured (a reload
     /// removed or renamed them), so their series leave `/metrics` rather
-    /// than piling up with every rename.
+    /// than piling up with every rename; requests of such a site still in
+    /// flight count nowhere. Called before the new sites serve.
     pub fn keep_only_sites(&self, names: &[&str]) {
+        if let Ok(mut now) = self.current_sites.lock() {
+            *now = Some(names.iter().map(|&n| Arc::from(n)).collect());
+        }
         if let Ok(mut sites) = self.sites.lock() {
             sites.retain(|name, _| names.contains(&&**name));
         }
@@ -225,5 +248,27 @@ impl Observe {
             .lock()
             .map(|r| r.iter().rev().cloned().collect())
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_site_a_reload_removed_does_not_come_back_in_the_series() {
+        let observe = Observe::default();
+        observe.route("old", "/a/*");
+        observe.site("old");
+        observe.keep_only_sites(&["new"]);
+        assert!(observe.routes().is_empty() && observe.sites().is_empty());
+        // A request of the removed site still in flight finishes: its
+        // counters are not listed again.
+        observe.route("old", "/a/*");
+        observe.site("old");
+        assert!(observe.routes().is_empty() && observe.sites().is_empty());
+        observe.route("new", "/a/*");
+        observe.site("new");
+        assert_eq!((observe.routes().len(), observe.sites().len()), (1, 1));
     }
 }

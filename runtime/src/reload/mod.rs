@@ -361,9 +361,9 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
             }
         }
     }
-    app.sites.store(Arc::new(Sites::new(sites)));
     let names: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
     app.observe.keep_only_sites(&names);
+    app.sites.store(Arc::new(Sites::new(sites)));
     tracing::info!(sites = config.sites.len(), "configuration reloaded");
     app.observe.reloaded("configuration", true, "");
     true

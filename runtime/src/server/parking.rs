@@ -26,8 +26,8 @@ use tokio::io::ReadBuf;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::conn::{self, Builders, Linger, Slot};
 use super::client_gone::ClientGone;
+use super::conn::{self, Builders, Linger, Slot};
 use super::stream::WatchedIo;
 use super::watchdog::{self, ConnState, Limits, Verdict};
 use crate::app::App;

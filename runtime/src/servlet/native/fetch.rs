@@ -224,8 +224,10 @@ mod tests {
         assert_eq!(req.headers()["host"], "x.test");
         assert_eq!(req.body().size_hint().exact(), Some(10));
         // A Host that is the URL's own is kept (once).
-        let same = parse(&Bytes::from_static(b"GET http://X.test:81/\nHost: x.TEST:81\n\n"))
-            .expect("parses");
+        let same = parse(&Bytes::from_static(
+            b"GET http://X.test:81/\nHost: x.TEST:81\n\n",
+        ))
+        .expect("parses");
         assert_eq!(same.headers().get_all("host").iter().count(), 1);
         for bad in [
             &b"GET"[..],
