@@ -127,6 +127,39 @@ async fn turning_wasi_http_p3_off_by_reload_stops_the_p3_component() -> Result<(
     Ok(())
 }
 
+/// A request body that fails on the client's side (cut short by a
+/// half-close, or a malformed chunk) is the client's fault: 400, whatever
+/// the guest made of the error it read, never a 500 that blames the
+/// servlet.
+#[tokio::test]
+async fn a_request_body_the_client_breaks_is_a_400_not_a_500() -> Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_site, server) = start("").await?;
+    let mut short = tokio::net::TcpStream::connect(server.addr()).await?;
+    short
+        .write_all(b"POST /p/upload HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\nabc")
+        .await?;
+    short.shutdown().await?;
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), short.read_to_end(&mut reply)).await;
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 400"), "cut short: {reply}");
+    let bad_chunk = server
+        .raw(
+            b"POST /p/upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\nzz\r\n",
+            Duration::from_secs(10),
+        )
+        .await?;
+    assert!(
+        bad_chunk.starts_with("HTTP/1.1 400"),
+        "bad chunk: {bad_chunk}"
+    );
+    let (traps, _, recent) = component_checks::failures_at(&server, "/p/upload");
+    assert_eq!(traps, 0, "counted as the servlet's fault: {recent:?}");
+    assert_eq!(server.get("/p/ok").await?.text(), "ok");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_component_using_the_async_abi_needs_the_opt_in_too() -> Result<()> {
     // No wasi:http export at all, but an async lift: refused for what it

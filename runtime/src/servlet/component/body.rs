@@ -75,6 +75,7 @@ impl Waiting {
 impl BodyVerdict {
     const TOO_LARGE: u8 = 1;
     const TOO_SLOW: u8 = 2;
+    const UNREADABLE: u8 = 3;
 
     /// How long the guest has waited for the client's body so far
     /// (including a wait under way).
@@ -82,14 +83,17 @@ impl BodyVerdict {
         self.1.so_far()
     }
 
-    /// Whether the body went over the size limit.
-    pub(crate) fn too_large(&self) -> bool {
-        self.0.load(Ordering::Relaxed) == Self::TOO_LARGE
-    }
-
-    /// Whether the body fell behind the minimum rate.
-    pub(crate) fn too_slow(&self) -> bool {
-        self.0.load(Ordering::Relaxed) == Self::TOO_SLOW
+    /// What the client gets for a body that failed on its side (413, 408
+    /// or 400), whatever the guest made of the error it read; `None` when
+    /// the body did not fail.
+    pub(crate) fn client_error(&self) -> Option<crate::request::RequestError> {
+        use crate::request::RequestError;
+        match self.0.load(Ordering::Relaxed) {
+            Self::TOO_LARGE => Some(RequestError::PayloadTooLarge),
+            Self::TOO_SLOW => Some(RequestError::BodyTimeout),
+            Self::UNREADABLE => Some(RequestError::BadRequest("unreadable request body")),
+            _ => None,
+        }
     }
 
     /// Whether the body is still open: neither read to its end, nor
@@ -174,6 +178,9 @@ where
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
+                this.verdict
+                    .0
+                    .store(BodyVerdict::UNREADABLE, Ordering::Relaxed);
                 this.verdict.end();
                 Poll::Ready(Some(Err(E::InternalError(Some(e.to_string())))))
             }

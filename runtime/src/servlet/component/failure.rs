@@ -26,11 +26,8 @@ impl ComponentGuest {
         store_down: bool,
         id: &str,
     ) -> RequestError {
-        if verdict.too_large() {
-            return RequestError::PayloadTooLarge;
-        }
-        if verdict.too_slow() {
-            return RequestError::BodyTimeout;
+        if let Some(e) = verdict.client_error() {
+            return e;
         }
         if store_down {
             return RequestError::StoreUnavailable;
@@ -77,9 +74,10 @@ impl ComponentGuest {
             GuestCode::Timeout => "timeout",
         };
         tracing::debug!(servlet = %self.info.name, request_id = %id, code = detail, "component answered with an error code");
+        if let Some(e) = verdict.client_error() {
+            return e;
+        }
         match code {
-            _ if verdict.too_large() => RequestError::PayloadTooLarge,
-            _ if verdict.too_slow() => RequestError::BodyTimeout,
             GuestCode::BodyTooLarge => RequestError::PayloadTooLarge,
             GuestCode::Timeout => RequestError::ServletTimeout,
             GuestCode::Other(_) => RequestError::ServletFault,

@@ -512,13 +512,11 @@ impl Guest for ComponentGuest {
                     return Err(RequestError::ServletFault);
                 }
                 head_sent.store(true, Ordering::Relaxed);
-                // A body over the limit (or too slow) gets 413 (408)
-                // whatever the guest made of the error it read.
-                if input.verdict.too_large() {
-                    return Err(RequestError::PayloadTooLarge);
-                }
-                if input.verdict.too_slow() {
-                    return Err(RequestError::BodyTimeout);
+                // A body over the limit, too slow or cut off by the client
+                // gets 413, 408 or 400 whatever the guest made of the error
+                // it read.
+                if let Some(e) = input.verdict.client_error() {
+                    return Err(e);
                 }
                 // A guest that already failed (it set its response, then
                 // trapped or ran out of time before the client got a
