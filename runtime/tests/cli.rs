@@ -394,6 +394,67 @@ fn signals_sent_while_loading_are_handled_once_serving() {
     assert!(!log.contains("take effect after a restart"), "{log}");
 }
 
+/// The admin listener answers while the sites load (minutes, for source
+/// builds or large compiles): `/livez` 200, `/readyz` 503 "starting", so
+/// a liveness probe does not restart a process that is only loading.
+#[test]
+fn the_admin_listener_answers_while_the_sites_load() {
+    let dir = slow_to_load_site();
+    let admin = {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        free.local_addr().expect("address").to_string()
+    };
+    let config = std::fs::read_to_string(dir.path().join("swan.toml")).expect("config");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        format!("[admin]\nlisten = \"{admin}\"\n{config}"),
+    )
+    .expect("config");
+    let mut child = swan()
+        .current_dir(dir.path())
+        .arg("serve")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let banner = std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = stdout.read_line(&mut line);
+        line
+    });
+    // Probes until the banner is out (loading done).
+    let (mut live, mut starting) = (false, false);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !banner.is_finished() && std::time::Instant::now() < deadline {
+        if TcpStream::connect(&admin).is_ok() {
+            live |= get(&admin, "/livez").starts_with("HTTP/1.1 200");
+            let ready = get(&admin, "/readyz");
+            starting |=
+                ready.starts_with("HTTP/1.1 503") && ready.ends_with("not ready: starting\n");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let banner = banner.join().expect("banner");
+    assert!(banner.contains("ready in"), "{banner}");
+    assert!(
+        live && starting,
+        "while loading: /livez 200 {live}, /readyz starting {starting}"
+    );
+    // Ready once serving (the banner comes just before).
+    let mut ready = String::new();
+    for _ in 0..100 {
+        ready = get(&admin, "/readyz");
+        if ready.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, log) = stop_with_code(child);
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    assert_eq!(code, Some(0), "{log}");
+}
+
 /// A servlet that prints a line through WASI, then traps.
 const NOISY_TRAP: &str = r#"(module
   (import "wasi_snapshot_preview1" "fd_write"

@@ -73,12 +73,17 @@ pub struct AdminError {
     pub source: io::Error,
 }
 
+/// The app the admin listener reports on, set once its sites are loaded.
+/// Until then `/livez` answers 200 and everything else 503 "not ready:
+/// starting".
+pub type Loading = Arc<std::sync::OnceLock<Arc<App>>>;
+
 /// Binds `addr` (exclusively: no port sharing), or takes `inherited` (a
 /// socket handed over by the process this one replaces), and serves the
-/// admin endpoints for `app` until the process exits or
-/// [`Admin::stop_accepting`].
+/// admin endpoints for `app` (from before it is loaded) until the process
+/// exits or [`Admin::stop_accepting`].
 pub fn start(
-    app: Arc<App>,
+    app: Loading,
     addr: SocketAddr,
     inherited: Option<TcpListener>,
 ) -> Result<Admin, AdminError> {
@@ -113,7 +118,7 @@ pub fn start(
     })
 }
 
-async fn serve(app: Arc<App>, listener: TcpListener) {
+async fn serve(app: Loading, listener: TcpListener) {
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
         tracing::error!("cannot register the admin listener");
         return;
@@ -213,7 +218,7 @@ const PAGES: [(&str, Page); 5] = [
     ("/", Page::Status),
 ];
 
-async fn answer(app: &Arc<App>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn answer(app: &Loading, req: Request<Incoming>) -> Response<Full<Bytes>> {
     // The Host is checked as on the public port (RFC 9112 §3.2: HTTP/1.1
     // needs one, and no request two or a malformed one).
     if let Err(e) = crate::request::checks::host(&req) {
@@ -233,15 +238,40 @@ async fn answer(app: &Arc<App>, req: Request<Incoming>) -> Response<Full<Bytes>>
         );
     };
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        let mut res = reply(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain",
-            "GET or HEAD\n",
-        );
-        res.headers_mut()
-            .insert(header::ALLOW, http::HeaderValue::from_static("GET, HEAD"));
-        return res;
+        return method_not_allowed();
     }
+    // While the sites load (source builds, compiles: it can take minutes)
+    // the process answers, and is not ready.
+    let Some(app) = app.get() else {
+        return match page {
+            Page::Live => reply(StatusCode::OK, "text/plain", "ok\n"),
+            _ => {
+                let mut res = reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "not ready: starting\n",
+                );
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+                res
+            }
+        };
+    };
+    answer_page(app, page).await
+}
+
+fn method_not_allowed() -> Response<Full<Bytes>> {
+    let mut res = reply(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "text/plain",
+        "GET or HEAD\n",
+    );
+    res.headers_mut()
+        .insert(header::ALLOW, http::HeaderValue::from_static("GET, HEAD"));
+    res
+}
+
+async fn answer_page(app: &Arc<App>, page: Page) -> Response<Full<Bytes>> {
     match page {
         Page::Live => reply(StatusCode::OK, "text/plain", "ok\n"),
         Page::Ready => match readiness(app).await {

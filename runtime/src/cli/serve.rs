@@ -45,6 +45,25 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
     // Taken before loading, which marks them close-on-exec: a source build
     // must not inherit them (or the pipe that says this process is ready).
     let mut inherited = Inherited::from_env().context("cannot take over from the old process")?;
+    // The admin listener answers while the sites load (which can take
+    // minutes): `/livez` 200, `/readyz` 503 "starting". Not in an upgrade:
+    // the old process answers on the same socket until this one is ready,
+    // and a probe must not meet a "starting" meanwhile.
+    let loading = swan::admin::Loading::default();
+    let mut admin_socket = config
+        .admin
+        .as_ref()
+        .and_then(|a| inherited.as_mut().and_then(|h| h.take_admin(a.listen)));
+    let start_admin = |socket| match &config.admin {
+        Some(a) => swan::admin::start(loading.clone(), a.listen, socket)
+            .with_context(|| format!("pick another address with `listen` in [admin] of {file}"))
+            .map(Some),
+        None => Ok(None),
+    };
+    let mut admin = match admin_socket {
+        None => start_admin(None)?,
+        Some(_) => None,
+    };
     let mut app = App::load(&config).context("cannot load the sites")?;
     app.start_access_log(&config.log)
         .with_context(|| format!("check `access` in [log] of {file}"))?;
@@ -76,17 +95,10 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         listener.addr = *addr;
     }
     let app = Arc::new(app);
-    let mut admin = match &config.admin {
-        Some(a) => {
-            let socket = inherited.as_mut().and_then(|h| h.take_admin(a.listen));
-            Some(
-                swan::admin::start(app.clone(), a.listen, socket).with_context(|| {
-                    format!("pick another address with `listen` in [admin] of {file}")
-                })?,
-            )
-        }
-        None => None,
-    };
+    let _ = loading.set(app.clone());
+    if let Some(socket) = admin_socket.take() {
+        admin = start_admin(Some(socket))?;
+    }
     let ready_report = inherited.as_mut().and_then(Inherited::take_ready);
     if let Some(unused) = inherited
         .as_ref()
