@@ -116,10 +116,13 @@ impl LogHead {
         LogHead {
             method: req.method().clone(),
             version: req.version(),
+            // The target as sent: a CONNECT's is its authority.
             text: RequestText::new(
-                req.uri()
-                    .path_and_query()
-                    .map_or_else(|| req.uri().path(), |p| p.as_str()),
+                match (req.uri().path_and_query(), req.uri().authority()) {
+                    (Some(p), _) => p.as_str(),
+                    (None, Some(a)) => a.as_str(),
+                    (None, None) => req.uri().path(),
+                },
                 header(header::REFERER),
                 header(header::USER_AGENT),
             ),
