@@ -23,13 +23,18 @@ use crate::body::Body;
 use crate::config::{AdminConfig, Config, LogConfig, ServerConfig};
 use crate::observe::Observe;
 use crate::observe::SiteCounters;
-use crate::observe::access_log::{self, AccessLog, Entry, RequestText};
+use crate::observe::access_log::{self, AccessLog};
 use crate::observe::counters::RouteCounters;
 use crate::request::{BodyPolicy, Peer, RequestError, RequestId, checks, path};
 use crate::servlet::{CallContext, Loader, LoaderError, Route, Target};
 use crate::site::{Site, Sites};
 use crate::static_files::{self, CacheError};
 use crate::store::Stores;
+
+mod exchange;
+
+pub use exchange::Exchange;
+use exchange::{LogHead, Unanswered};
 
 /// Sent as `Server` on every response.
 pub const SERVER_NAME: HeaderValue = HeaderValue::from_static("swan");
@@ -52,131 +57,6 @@ pub struct App {
     pub log: LogConfig,
     /// `[admin]`, likewise.
     pub admin: Option<AdminConfig>,
-}
-
-/// What is left to record when a response's body has been sent: its
-/// access log line, and the bytes of a body whose size was not known.
-pub struct Exchange {
-    started: Instant,
-    unknown_size: Option<Arc<RouteCounters>>,
-    log: Option<Entry>,
-}
-
-impl Exchange {
-    /// The body is sent (or the client went away): `bytes` went out.
-    pub fn finish(self, observe: &Observe, bytes: u64) {
-        if let Some(counters) = self.unknown_size {
-            counters.add_bytes(bytes);
-        }
-        if let (Some(mut entry), Some(log)) = (self.log, &observe.access_log) {
-            entry.bytes = bytes;
-            entry.duration = self.started.elapsed();
-            log.log(&entry);
-        }
-    }
-}
-
-/// What the request layer keeps of a request for its access log line.
-struct LogHead {
-    method: Method,
-    version: http::Version,
-    text: RequestText,
-}
-
-impl LogHead {
-    /// The request's access log line, answered `status` after `elapsed`
-    /// (its bytes are counted when the body is sent).
-    fn entry(
-        self,
-        client: SocketAddr,
-        status: u16,
-        elapsed: std::time::Duration,
-        site: &Site,
-        route: Option<Arc<str>>,
-        id: RequestId,
-    ) -> Entry {
-        Entry {
-            // To within the clock's tick (5 ms), without a clock read.
-            time: crate::clock::wall() - elapsed,
-            client,
-            method: Some(self.method),
-            version: self.version,
-            status,
-            bytes: 0,
-            duration: elapsed,
-            site: site.name.clone(),
-            route,
-            id,
-            text: self.text,
-        }
-    }
-
-    fn of<B>(req: &Request<B>) -> LogHead {
-        let header = |name| req.headers().get(name).map(HeaderValue::as_bytes);
-        LogHead {
-            method: req.method().clone(),
-            version: req.version(),
-            // The target as sent: a CONNECT's is its authority.
-            text: RequestText::new(
-                match (req.uri().path_and_query(), req.uri().authority()) {
-                    (Some(p), _) => p.as_str(),
-                    (None, Some(a)) => a.as_str(),
-                    (None, None) => req.uri().path(),
-                },
-                header(header::REFERER),
-                header(header::USER_AGENT),
-            ),
-        }
-    }
-}
-
-/// NGINX's status for a request whose client went away before its answer.
-const CLIENT_CLOSED: u16 = 499;
-
-/// A request not answered yet: if its handling is dropped before the
-/// answer (an HTTP/2 client resets the stream, a connection closes), it
-/// is still logged and counted, as NGINX's 499, never lost.
-struct Unanswered<'a> {
-    app: &'a App,
-    site: &'a Site,
-    /// The route the request was routed to, once it was.
-    hit: &'a OnceLock<&'a Route>,
-    head: Option<LogHead>,
-    client: SocketAddr,
-    id: RequestId,
-    started: Instant,
-    answered: bool,
-}
-
-impl Unanswered<'_> {
-    /// The answer is here: what the access log keeps of the request.
-    fn answered(mut self) -> Option<LogHead> {
-        self.answered = true;
-        self.head.take()
-    }
-}
-
-impl Drop for Unanswered<'_> {
-    fn drop(&mut self) {
-        if self.answered {
-            return;
-        }
-        let elapsed = self.started.elapsed();
-        let (counters, route) = self.app.counters_for(self.site, self.hit.get().copied());
-        counters.record(CLIENT_CLOSED, 0, elapsed);
-        tracing::debug!(request_id = %self.id, "the client went away before the answer");
-        if let (Some(head), Some(log)) = (self.head.take(), &self.app.observe.access_log) {
-            let entry = head.entry(
-                self.client,
-                CLIENT_CLOSED,
-                elapsed,
-                self.site,
-                route,
-                self.id,
-            );
-            log.log(&entry);
-        }
-    }
 }
 
 /// Empties the body of an HTTP/2 response that must not have one: an
