@@ -430,8 +430,11 @@ fn the_admin_listener_answers_while_the_sites_load() {
         if TcpStream::connect(&admin).is_ok() {
             live |= get(&admin, "/livez").starts_with("HTTP/1.1 200");
             let ready = get(&admin, "/readyz");
-            starting |=
-                ready.starts_with("HTTP/1.1 503") && ready.ends_with("not ready: starting\n");
+            // Before the sites are loaded (after, "starting" comes
+            // without a Retry-After, until the listeners serve).
+            starting |= ready.starts_with("HTTP/1.1 503")
+                && ready.contains("retry-after: 1")
+                && ready.ends_with("not ready: starting\n");
         }
         std::thread::sleep(Duration::from_millis(50));
     }

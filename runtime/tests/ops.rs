@@ -1047,9 +1047,23 @@ fn an_http1_client_that_leaves_while_its_servlet_runs_is_a_499_of_that_route() {
             "reset" => socket2::SockRef::from(&stream)
                 .set_linger(Some(Duration::ZERO))
                 .expect("linger"),
-            "shutdown" => stream
-                .shutdown(std::net::Shutdown::Write)
-                .expect("shutdown"),
+            "shutdown" => {
+                // Only the sending side ends: the server closes the
+                // connection itself, without an answer.
+                stream
+                    .shutdown(std::net::Shutdown::Write)
+                    .expect("shutdown");
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(3)))
+                    .expect("timeout");
+                let mut got = Vec::new();
+                let read = stream.read_to_end(&mut got);
+                assert!(
+                    got.is_empty() && read.is_ok(),
+                    "half-closed: {read:?} {:?}",
+                    String::from_utf8_lossy(&got)
+                );
+            }
             _ => {}
         }
         drop(stream);

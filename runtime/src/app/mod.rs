@@ -25,7 +25,7 @@ use crate::observe::Observe;
 use crate::observe::SiteCounters;
 use crate::observe::access_log::{self, AccessLog};
 use crate::observe::counters::RouteCounters;
-use crate::request::{BodyPolicy, Peer, RequestError, RequestId, checks, path};
+use crate::request::{BodyPolicy, Peer, RequestError, RequestId, ServletMark, checks, path};
 use crate::servlet::{CallContext, Loader, LoaderError, Route, Target};
 use crate::site::{Site, Sites};
 use crate::static_files::{self, CacheError};
@@ -186,11 +186,13 @@ impl App {
 
     /// Answers one request from `peer`; the [`Exchange`] (when there is
     /// something left to record) goes with the response body and is
-    /// finished when the body is sent.
+    /// finished when the body is sent. `servlet_mark` is set if the
+    /// request goes to a servlet.
     pub async fn handle(
         &self,
         req: Request<Incoming>,
         peer: Peer,
+        servlet_mark: &ServletMark,
     ) -> (Response<Body>, Option<Exchange>) {
         let started = Instant::now();
         let id = RequestId::next();
@@ -233,7 +235,7 @@ impl App {
             // TLS redirected to itself would loop, whatever a proxy says.
             let redirect = !https && !peer.tls && self.redirects_http();
             let scheme = (!redirect).then_some(https);
-            let handling = self.route(site, req, client, scheme, id, &hit);
+            let handling = self.route(site, req, client, scheme, id, &hit, servlet_mark);
             tokio::pin!(handling);
             answer_or_500(handling.as_mut().instrument(span.clone()), id).await
         };
@@ -295,6 +297,7 @@ impl App {
         https: Option<bool>,
         id: RequestId,
         hit: &OnceLock<&'s Route>,
+        servlet_mark: &ServletMark,
     ) -> Response<Body> {
         tracing::Span::current().record("site", site.config.name.as_str());
         let head = req.method() == Method::HEAD;
@@ -307,7 +310,10 @@ impl App {
             });
             return redirect.unwrap_or_else(|e| error_response(e, site, head, id));
         };
-        match self.dispatch(site, req, client, https, id, hit).await {
+        match self
+            .dispatch(site, req, client, https, id, hit, servlet_mark)
+            .await
+        {
             Ok(res) => res,
             Err(e) => {
                 if let Some(Route {
@@ -365,6 +371,7 @@ impl App {
         https: bool,
         id: RequestId,
         hit: &OnceLock<&'s Route>,
+        servlet_mark: &ServletMark,
     ) -> Result<Response<Body>, RequestError> {
         checks::host(&req)?;
         checks::framing(req.headers())?;
@@ -412,6 +419,8 @@ impl App {
                             min_rate: self.server.body_min_rate,
                         },
                     };
+                    // The connection now watches for a client that leaves.
+                    servlet_mark.set();
                     // Boxed: a guest call's state is kilobytes, and the
                     // static path should not carry (and move) it.
                     Box::pin(servlet.call(req, ctx)).await

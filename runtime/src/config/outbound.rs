@@ -155,10 +155,10 @@ impl OutboundRule {
                 "{s:?}: {host:?} is an address in a short or numeric spelling: write it as four decimal numbers (127.0.0.1)"
             ));
         }
-        if host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_unspecified())
-        {
+        if host.parse::<std::net::IpAddr>().is_ok_and(|ip| {
+            ip.is_unspecified()
+                || matches!(ip, std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_unspecified()))
+        }) {
             return Err(format!(
                 "{s:?}: {host:?} is the unspecified address, which as a destination reaches this host: name the address meant (127.0.0.1 or [::1], with outbound_private = true)"
             ));

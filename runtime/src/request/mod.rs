@@ -7,6 +7,8 @@
 //! - `peer`: who the client is (PROXY protocol, trusted `X-Forwarded-For`);
 //! - `body`: reading a request body under the size and rate rules;
 //! - `checks`: the Host and body-framing checks every head passes;
+//! - `mark`: whether a request went to a servlet (the connection then
+//!   watches for a client that leaves);
 //! - `error`: [`RequestError`] and the one mapping from errors to
 //!   responses.
 
@@ -14,10 +16,12 @@ pub mod body;
 pub(crate) mod checks;
 pub mod error;
 pub mod id;
+pub mod mark;
 pub mod path;
 pub mod peer;
 
 pub use body::BodyPolicy;
 pub use error::RequestError;
 pub use id::RequestId;
+pub use mark::ServletMark;
 pub use peer::Peer;

@@ -89,7 +89,10 @@ macro_rules! http1_settings {
             // head.
             .pipeline_flush(false)
             // A client that ends its side after sending a request (as
-            // `nc -N` and some HTTP/1.0 tools do) still gets the answer.
+            // `nc -N` and some HTTP/1.0 tools do) still gets the answer:
+            // a static file's; a servlet's only if it comes within a
+            // quarter of a second (`client_gone`: past that, as for
+            // NGINX's proxied requests, the client counts as gone).
             .half_close(true)
     };
 }
@@ -144,7 +147,7 @@ pub(crate) fn service(
             if !http1 && header_list_size(&req) > app.server.max_header_bytes {
                 return Ok(headers_too_large(&app, peer, handling.into_sending()));
             }
-            let handled = app.handle(req, peer);
+            let handled = app.handle(req, peer, handling.servlet_mark());
             let (mut res, exchange) = if http1 {
                 handled.await
             } else {

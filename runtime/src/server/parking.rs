@@ -119,15 +119,18 @@ pub(crate) async fn serve(
         // its side only when hyper closes the connection: a release keeps
         // it open (see `WatchedIo::poll_shutdown`).
         // Boxed: the task holds a pointer while parked, not a connection.
-        let mut gone = ClientGone::new(io.get_ref(), state.clone());
+        #[allow(
+            unsafe_code,
+            reason = "polled only beside `conn`, which owns the socket"
+        )]
+        // SAFETY: `gone` is polled only in the `select!` below, beside
+        // `conn` (which owns the socket), and dropped with this pass.
+        let mut gone = unsafe { ClientGone::new(io.get_ref(), state.clone()) };
         let mut conn = Box::pin(builders.http1.serve_connection(TokioIo::new(io), service));
         let mut closing = false;
         let mut watchdog = Box::pin(watchdog::watch(state.clone(), limits, false, true));
         let ended = loop {
             tokio::select! {
-                // The connection first: a request it starts arms `gone`
-                // in the same pass.
-                biased;
                 result = conn.as_mut() => break result,
                 () = &mut gone => {
                     // Dropping the connection drops the handler: its
@@ -155,6 +158,10 @@ pub(crate) async fn serve(
                     Verdict::Idle | Verdict::Drop | Verdict::Park => {
                         tracing::debug!(remote = %peer.addr, "connection dropped by timeout");
                         conn::ended_with(Err(Box::new(conn::Dropped)), &state, &observe, peer);
+                        if state.in_flight() {
+                            // Cut off mid-answer (`send_timeout`).
+                            reset(std::pin::Pin::into_inner(conn).into_parts().io.into_inner());
+                        }
                         return;
                     }
                 },
@@ -181,18 +188,21 @@ pub(crate) async fn serve(
             Err(e) => {
                 if e.is_user() {
                     // A response body failed (a servlet trapped mid-body,
-                    // or passed `max_response_bytes`). A close-delimited
-                    // body (HTTP/1.0) that ended with a plain close would
-                    // look complete: a reset says it is cut off.
-                    let io = std::pin::Pin::into_inner(conn).into_parts().io.into_inner();
-                    let _ = socket2::SockRef::from(io.get_ref())
-                        .set_linger(Some(std::time::Duration::ZERO));
+                    // or passed `max_response_bytes`).
+                    reset(std::pin::Pin::into_inner(conn).into_parts().io.into_inner());
                 }
                 conn::ended_with(Err(e.into()), &state, &observe, peer);
                 return;
             }
         }
     }
+}
+
+/// Ends a connection whose answer was cut off with a reset, not a plain
+/// close: a close-delimited body (HTTP/1.0, no chunks) that ended with a
+/// close would look complete.
+fn reset(io: WatchedIo<TcpStream>) {
+    let _ = socket2::SockRef::from(io.get_ref()).set_linger(Some(std::time::Duration::ZERO));
 }
 
 /// Closes a connection hyper is done with without losing its last answer.

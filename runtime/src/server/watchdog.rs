@@ -151,6 +151,8 @@ pub(crate) struct ConnState {
     /// dropped when one makes none for `send_timeout`: another stream's
     /// progress, a new request or a PING does not keep a stalled one alive.
     h2_progress: std::sync::Mutex<Vec<std::sync::Weak<AtomicU64>>>,
+    /// Whether the request being handled went to a servlet.
+    pub(crate) servlet: crate::request::ServletMark,
 }
 
 impl ConnState {
@@ -174,6 +176,7 @@ impl ConnState {
             h2_files: std::sync::OnceLock::new(),
             h2_open: std::sync::OnceLock::new(),
             h2_progress: std::sync::Mutex::new(Vec::new()),
+            servlet: crate::request::ServletMark::default(),
         }
     }
 
@@ -284,9 +287,13 @@ impl ConnState {
         self.handling.load(Ordering::Relaxed) > 0 && !self.bodyless.load(Ordering::Relaxed)
     }
 
-    /// A request's handler is running: its answer's head is not out yet.
-    pub(super) fn handler_running(&self) -> bool {
-        self.handling.load(Ordering::Relaxed) > 0
+    /// How long the request being handled has been with a servlet (ms,
+    /// from its head; 0 when no handler runs or it is not a servlet's).
+    pub(super) fn servlet_running_ms(&self) -> u64 {
+        if self.handling.load(Ordering::Relaxed) == 0 || !self.servlet.is_set() {
+            return 0;
+        }
+        clock::now_ms().saturating_sub(self.exchange_ms.load(Ordering::Relaxed))
     }
 
     pub(super) fn in_flight(&self) -> bool {
@@ -331,10 +338,16 @@ impl Handling {
     /// A request's handler starts; `bodyless`: the request has no body.
     pub(crate) fn start(state: Arc<ConnState>, bodyless: bool) -> Handling {
         state.handling.fetch_add(1, Ordering::Relaxed);
+        state.servlet.clear();
         state.head_started_ms.store(0, Ordering::Relaxed);
         state.bodyless.store(bodyless, Ordering::Relaxed);
         state.exchange_ms.store(clock::now_ms(), Ordering::Relaxed);
         Handling(state)
+    }
+
+    /// Marked when the request is handed to a servlet.
+    pub(crate) fn servlet_mark(&self) -> &crate::request::ServletMark {
+        &self.0.servlet
     }
 
     /// Whether the server is draining this connection.

@@ -50,6 +50,10 @@ impl ServletStats {
             RequestError::ServletFault => self.traps.add(1),
             RequestError::ServletTimeout => self.timeouts.add(1),
             RequestError::ServletBusy => self.busy.add(1),
+            // The client's fault (a body too large, malformed, too slow):
+            // not the servlet's, and not worth pushing its last real
+            // errors off the status page.
+            _ if e.status().is_client_error() => return,
             _ => {}
         }
         self.remember(request_id, e.to_string());

@@ -178,9 +178,13 @@ where
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                this.verdict
-                    .0
-                    .store(BodyVerdict::UNREADABLE, Ordering::Relaxed);
+                // Unless it already failed for its size or its pace.
+                let _ = this.verdict.0.compare_exchange(
+                    0,
+                    BodyVerdict::UNREADABLE,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
                 this.verdict.end();
                 Poll::Ready(Some(Err(E::InternalError(Some(e.to_string())))))
             }

@@ -67,6 +67,12 @@ async fn http_send(mut caller: Caller<'_, Host>, ptr: i32, len: i32) -> wasmtime
         let (response, io) = outbound.send(request, None).await.map_err(classify)?;
         let io = tokio::spawn(io);
         let (parts, mut body) = response.into_parts();
+        // The ABI promises 100-599; anything else upstream is a protocol
+        // error (known before the body is read).
+        if !(100..=599).contains(&parts.status.as_u16()) {
+            io.abort();
+            return Err(SendError::Failed);
+        }
         let mut collected = BytesMut::new();
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(classify)?;
@@ -84,12 +90,6 @@ async fn http_send(mut caller: Caller<'_, Host>, ptr: i32, len: i32) -> wasmtime
             headers.extend_from_slice(b": ");
             headers.extend_from_slice(value.as_bytes());
             headers.extend_from_slice(b"\n");
-        }
-        // The ABI promises 100-599; anything else upstream is a protocol
-        // error.
-        if !(100..=599).contains(&parts.status.as_u16()) {
-            io.abort();
-            return Err(SendError::Failed);
         }
         Ok((
             parts.status.as_u16(),
@@ -171,7 +171,13 @@ fn parse(text: &Bytes) -> Option<Request<Full<Bytes>>> {
             }
             continue;
         }
-        if wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS.contains(&name) {
+        // swan frames the body (its length); `TE` is hop-by-hop.
+        if wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS.contains(&name)
+            || name == http::header::TE
+            || name == http::header::CONTENT_LENGTH
+                && value.to_str().ok().and_then(|v| v.parse::<usize>().ok())
+                    != Some(text.len() - body_start)
+        {
             return None;
         }
         req = req.header(name, value);
@@ -223,6 +229,13 @@ mod tests {
         assert_eq!(req.headers().len(), 2, "{:?}", req.headers());
         assert_eq!(req.headers()["host"], "x.test");
         assert_eq!(req.body().size_hint().exact(), Some(10));
+        // A length that is the body's is kept.
+        assert!(
+            parse(&Bytes::from_static(
+                b"POST http://x/\nContent-Length: 3\n\nabc"
+            ))
+            .is_some()
+        );
         // A Host that is the URL's own is kept (once).
         let same = parse(&Bytes::from_static(
             b"GET http://X.test:81/\nHost: x.TEST:81\n\n",
@@ -246,6 +259,10 @@ mod tests {
             b"GET http://x/\nProxy-Authorization: Basic eA==\n\n",
             b"GET http://x/\nKeep-Alive: 5\n\n",
             b"GET http://x/\nx-a: b\rx-b: c\n\n",
+            b"GET http://x/\nTE: trailers\n\n",
+            // A length that is not the body's.
+            b"POST http://x/\nContent-Length: 5\n\nabc",
+            b"POST http://x/\nContent-Length: 1\n\nabc",
         ] {
             assert!(
                 parse(&Bytes::copy_from_slice(bad)).is_none(),
