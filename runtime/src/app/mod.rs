@@ -217,11 +217,14 @@ impl App {
             (req.version() == http::Version::HTTP_2).then(|| req.method() == Method::HEAD);
         let sites = self.sites.load();
         let site = sites.for_host(host_of(&req));
-        let hit = OnceLock::new();
+        let routing = Routing {
+            hit: OnceLock::new(),
+            servlet: servlet_mark,
+        };
         let unanswered = Unanswered {
             app: self,
             site,
-            hit: &hit,
+            hit: &routing.hit,
             head: log_head,
             client,
             id,
@@ -235,7 +238,7 @@ impl App {
             // TLS redirected to itself would loop, whatever a proxy says.
             let redirect = !https && !peer.tls && self.redirects_http();
             let scheme = (!redirect).then_some(https);
-            let handling = self.route(site, req, client, scheme, id, &hit, servlet_mark);
+            let handling = self.route(site, req, client, scheme, id, &routing);
             tokio::pin!(handling);
             answer_or_500(handling.as_mut().instrument(span.clone()), id).await
         };
@@ -257,7 +260,7 @@ impl App {
         let status = res.status().as_u16();
         let size = http_body::Body::size_hint(res.body()).exact();
         let elapsed = started.elapsed();
-        let hit = hit.get().copied();
+        let hit = routing.hit.get().copied();
         let (counters, route) = self.counters_for(site, hit);
         if !hit.is_some_and(|r| matches!(r.target, Target::Servlet(_))) {
             let sc = self.site_counters(site);
@@ -286,7 +289,7 @@ impl App {
         (res, exchange)
     }
 
-    /// The site's answer; `hit` is set to the servlet route that gave it.
+    /// The site's answer; `routing` learns where it went.
     /// `https`: the client's scheme (as trusted proxies say); `None` when
     /// the request is to be redirected to HTTPS instead.
     async fn route<'s>(
@@ -296,8 +299,7 @@ impl App {
         client: SocketAddr,
         https: Option<bool>,
         id: RequestId,
-        hit: &OnceLock<&'s Route>,
-        servlet_mark: &ServletMark,
+        routing: &Routing<'s, '_>,
     ) -> Response<Body> {
         tracing::Span::current().record("site", site.config.name.as_str());
         let head = req.method() == Method::HEAD;
@@ -310,16 +312,13 @@ impl App {
             });
             return redirect.unwrap_or_else(|e| error_response(e, site, head, id));
         };
-        match self
-            .dispatch(site, req, client, https, id, hit, servlet_mark)
-            .await
-        {
+        match self.dispatch(site, req, client, https, id, routing).await {
             Ok(res) => res,
             Err(e) => {
                 if let Some(Route {
                     target: Target::Servlet(s),
                     ..
-                }) = hit.get().copied()
+                }) = routing.hit.get().copied()
                 {
                     s.stats().failed(&e, id);
                 }
@@ -370,8 +369,7 @@ impl App {
         remote: SocketAddr,
         https: bool,
         id: RequestId,
-        hit: &OnceLock<&'s Route>,
-        servlet_mark: &ServletMark,
+        routing: &Routing<'s, '_>,
     ) -> Result<Response<Body>, RequestError> {
         checks::host(&req)?;
         checks::framing(req.headers())?;
@@ -390,7 +388,7 @@ impl App {
         // route's, in the log and the metrics.
         if let Some(m) = &found {
             tracing::Span::current().record("route", tracing::field::display(&m.route.path));
-            let _ = hit.set(m.route);
+            let _ = routing.hit.set(m.route);
         }
         if let Some(len) = req.headers().get(header::CONTENT_LENGTH) {
             match len.to_str().ok().and_then(|s| s.parse::<u64>().ok()) {
@@ -420,7 +418,7 @@ impl App {
                         },
                     };
                     // The connection now watches for a client that leaves.
-                    servlet_mark.set();
+                    routing.servlet.set();
                     // Boxed: a guest call's state is kilobytes, and the
                     // static path should not carry (and move) it.
                     Box::pin(servlet.call(req, ctx)).await
@@ -437,6 +435,15 @@ impl App {
         }
         static_files::respond(&site.cache, &req, &normalized).await
     }
+}
+
+/// Where a request went, as its handling learns it.
+struct Routing<'s, 'm> {
+    /// The route it was routed to, once it was: its counters and log line
+    /// (and a 499's) are that route's.
+    hit: OnceLock<&'s Route>,
+    /// The connection's mark, set when a servlet takes the request.
+    servlet: &'m ServletMark,
 }
 
 /// Runs a request's handling; a panic in it ends that request with a 500,
