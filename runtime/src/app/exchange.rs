@@ -126,10 +126,12 @@ impl Drop for Unanswered<'_> {
             return;
         }
         let elapsed = self.started.elapsed();
-        let (counters, route) = self.app.counters_for(self.site, self.hit.get().copied());
+        let hit = self.hit.get().copied();
+        let counters = self.app.counters_for(self.site, hit);
         counters.record(CLIENT_CLOSED, 0, elapsed);
         tracing::debug!(request_id = %self.id, "the client went away before the answer");
         if let (Some(head), Some(log)) = (self.head.take(), &self.app.observe.access_log) {
+            let route = route_name(counters, hit);
             let entry = head.entry(
                 self.client,
                 CLIENT_CLOSED,
@@ -141,4 +143,15 @@ impl Drop for Unanswered<'_> {
             log.log(&entry);
         }
     }
+}
+
+/// The route a log line names: a servlet route's (shared with its
+/// counters); a refused route's path; none for static files. Made only
+/// for a line that is written.
+pub(super) fn route_name(counters: &RouteCounters, hit: Option<&Route>) -> Option<Arc<str>> {
+    let route = hit?;
+    Some(match route.target {
+        crate::servlet::Target::Servlet(_) => counters.route.clone(),
+        _ => Arc::from(route.path.to_string()),
+    })
 }

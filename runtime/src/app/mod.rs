@@ -158,29 +158,16 @@ impl App {
             .get_or_init(|| self.observe.site(&site.config.name))
     }
 
-    /// The counters a request to `site` is recorded in, and the route its
-    /// log line names: a servlet route's own; the site's for static files
-    /// and for a route whose servlet was refused (named all the same).
-    fn counters_for<'s>(
-        &self,
-        site: &'s Site,
-        hit: Option<&'s Route>,
-    ) -> (&'s Arc<RouteCounters>, Option<Arc<str>>) {
-        match hit {
-            Some(route) => match &route.target {
-                Target::Servlet(s) => {
-                    let counters = s.stats().requests.get_or_init(|| {
-                        self.observe
-                            .route(&site.config.name, &route.path.to_string())
-                    });
-                    (counters, Some(counters.route.clone()))
-                }
-                Target::BuildFailed(_) | Target::Refused(_) => (
-                    &self.site_counters(site).requests,
-                    Some(Arc::from(route.path.to_string())),
-                ),
-            },
-            None => (&self.site_counters(site).requests, None),
+    /// The counters a request to `site` is recorded in: a servlet route's
+    /// own; the site's for static files and for a route whose servlet was
+    /// refused.
+    fn counters_for<'s>(&self, site: &'s Site, hit: Option<&'s Route>) -> &'s Arc<RouteCounters> {
+        match hit.map(|route| (route, &route.target)) {
+            Some((route, Target::Servlet(s))) => s.stats().requests.get_or_init(|| {
+                self.observe
+                    .route(&site.config.name, &route.path.to_string())
+            }),
+            _ => &self.site_counters(site).requests,
         }
     }
 
@@ -261,7 +248,7 @@ impl App {
         let size = http_body::Body::size_hint(res.body()).exact();
         let elapsed = started.elapsed();
         let hit = routing.hit.get().copied();
-        let (counters, route) = self.counters_for(site, hit);
+        let counters = self.counters_for(site, hit);
         if !hit.is_some_and(|r| matches!(r.target, Target::Servlet(_))) {
             let sc = self.site_counters(site);
             if res.body().is_streamed() {
@@ -277,7 +264,10 @@ impl App {
             span.record("ms", elapsed.as_secs_f64() * 1000.0);
             span.in_scope(|| tracing::debug!("answered"));
         }
-        let log = log_head.map(|head| head.entry(client, status, elapsed, site, route, id));
+        let log = log_head.map(|head| {
+            let route = exchange::route_name(counters, hit);
+            head.entry(client, status, elapsed, site, route, id)
+        });
         // A body of unknown size (a streaming servlet) counts its bytes
         // when it is sent.
         let unknown_size = size.is_none().then(|| counters.clone());
