@@ -355,6 +355,17 @@ fn signals_sent_as_soon_as_the_banner_is_out_are_handled() {
     }
 }
 
+/// `swan serve` in `dir` (its `swan.toml`), output piped, banner unread.
+fn serve_piped(dir: &std::path::Path) -> std::process::Child {
+    swan()
+        .current_dir(dir)
+        .arg("serve")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
 /// SIGHUP and SIGUSR1 sent while the sites load (here: a large file to
 /// compress, seconds in a debug build) wait until swan serves; they do not
 /// end the process (a log rotation or a reload during a restart). The
@@ -363,13 +374,7 @@ fn signals_sent_as_soon_as_the_banner_is_out_are_handled() {
 #[test]
 fn signals_sent_while_loading_are_handled_once_serving() {
     let dir = slow_to_load_site();
-    let mut child = swan()
-        .current_dir(dir.path())
-        .arg("serve")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut child = serve_piped(dir.path());
     std::thread::sleep(Duration::from_millis(400));
     for signal in ["-HUP", "-USR1"] {
         let sent = Command::new("kill")
@@ -410,13 +415,7 @@ fn the_admin_listener_answers_while_the_sites_load() {
         format!("[admin]\nlisten = \"{admin}\"\n{config}"),
     )
     .expect("config");
-    let mut child = swan()
-        .current_dir(dir.path())
-        .arg("serve")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut child = serve_piped(dir.path());
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
     let banner = std::thread::spawn(move || {
         let mut line = String::new();

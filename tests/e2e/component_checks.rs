@@ -60,8 +60,8 @@ pub(crate) fn failures_at(server: &TestServer, path: &str) -> (u64, u64, Vec<Str
 }
 
 /// `{prefix}/stream-then-trap?n=64` aborts its response: over HTTP/1.1 the
-/// connection closes without the terminating chunk; over HTTP/1.0 it is
-/// reset; over h2 the stream is reset, so the client sees an error, not a
+/// connection closes without the terminating chunk; over HTTP/1.0 (even
+/// asked to keep alive: it says `close`) it is reset; over h2 the stream is reset, so the client sees an error, not a
 /// short 200. Each abort counts
 /// as the servlet's trap (`swan_servlet_traps_total`), as a 500 would.
 pub(crate) async fn failing_mid_stream_aborts_the_response(
@@ -102,7 +102,9 @@ pub(crate) async fn failing_mid_stream_aborts_the_response(
     // only a reset, never a plain close, tells the client it is cut off.
     let mut stream = TcpStream::connect(server.addr()).await?;
     stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: a\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET {path} HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n").as_bytes(),
+        )
         .await?;
     let mut got = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got)).await;
@@ -112,6 +114,10 @@ pub(crate) async fn failing_mid_stream_aborts_the_response(
         "{}",
         &text[..text.len().min(200)]
     );
+    // Its body ends with the connection: not offered for reuse, though
+    // the client asked for keep-alive.
+    let head = text.split("\r\n\r\n").next().unwrap_or_default();
+    assert!(head.contains("connection: close"), "{head}");
     assert!(
         matches!(read, Ok(Err(ref e)) if e.kind() == std::io::ErrorKind::ConnectionReset),
         "HTTP/1.0: {read:?} after {} bytes; a reset was expected",

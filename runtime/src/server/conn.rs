@@ -141,6 +141,7 @@ pub(crate) fn service(
         let handling = Handling::start(state.clone(), bodyless);
         async move {
             let http1 = req.version() < http::Version::HTTP_2;
+            let http10 = req.version() == http::Version::HTTP_10;
             // Answers hyper sends no body for: never handed to the stream.
             let keep_with_hyper =
                 req.method() == http::Method::HEAD || req.method() == http::Method::CONNECT;
@@ -155,7 +156,11 @@ pub(crate) fn service(
                 FILE_BUDGET.scope(budget, handled).await
             };
             if http1 {
-                if handling.draining() {
+                // HTTP/1.0 has no chunks: a body of unknown length ends
+                // with the connection, which must not be offered for reuse
+                // (hyper would say `keep-alive`, then close).
+                let unframed = http10 && http_body::Body::size_hint(res.body()).exact().is_none();
+                if handling.draining() || unframed {
                     res.headers_mut()
                         .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 }
