@@ -130,6 +130,9 @@ struct FileBody {
     /// Whether the seek to `start` has begun. Only reading needs it:
     /// `sendfile(2)` takes the offset itself.
     seeking: bool,
+    /// A place the file holds (among its connection's open files) until
+    /// the body is dropped.
+    _place: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 #[derive(Debug)]
@@ -164,6 +167,17 @@ impl Body {
     /// `len` bytes of a file from `start` (the file's own position does not
     /// matter).
     pub fn file(file: tokio::fs::File, start: u64, len: u64) -> Body {
+        Body::file_holding(file, start, len, None)
+    }
+
+    /// [`Body::file`], holding `place` until the body is dropped (a
+    /// budget of open files).
+    pub fn file_holding(
+        file: tokio::fs::File,
+        start: u64,
+        len: u64,
+        place: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Body {
         Body {
             kind: Kind::File(Box::new(FileBody {
                 unread: Some(file),
@@ -171,6 +185,7 @@ impl Body {
                 start,
                 remaining: len,
                 seeking: false,
+                _place: place,
             })),
         }
     }

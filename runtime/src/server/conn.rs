@@ -27,7 +27,7 @@ use crate::observe::access_log::{Entry, RequestText};
 use crate::observe::{Observe, REFUSED_STATUSES};
 use crate::request::Peer;
 use crate::request::checks::header_list_size;
-use crate::static_files::{FILE_BUDGET, FilePlace};
+use crate::static_files::FILE_BUDGET;
 
 /// Streams one HTTP/2 connection may open at once (NGINX: 128).
 const MAX_CONCURRENT_STREAMS: u32 = 128;
@@ -176,10 +176,8 @@ pub(crate) fn service(
                     app.observe.sendfile_responses.add(1);
                 }
             }
-            let gate = (!http1 && res.body().is_unread_file()).then(|| {
-                let place = res.extensions_mut().remove::<FilePlace>();
-                Box::new(FileGate::new(handling.h2_files(H2_FILES_AT_ONCE), place))
-            });
+            let gate = (!http1 && res.body().is_unread_file())
+                .then(|| Box::new(FileGate::new(handling.h2_files(H2_FILES_AT_ONCE))));
             // The exchange lasts until the body is sent, not until the
             // handler returns: a slow download is in flight, not idle.
             let sending = handling.into_sending();

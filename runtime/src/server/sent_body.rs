@@ -15,7 +15,6 @@ use super::sendfile::Chunk;
 use super::watchdog::Sending;
 use crate::app::{App, Exchange};
 use crate::body::Body;
-use crate::static_files::FilePlace;
 
 /// A response body that marks its response in flight until it is sent
 /// (or dropped), and finishes its exchange (access log line, streamed
@@ -70,16 +69,13 @@ impl SentBody {
 pub(crate) struct FileGate {
     places: tokio_util::sync::PollSemaphore,
     held: Option<OwnedSemaphorePermit>,
-    /// The body's place among the files its connection holds open.
-    _open: Option<FilePlace>,
 }
 
 impl FileGate {
-    pub(crate) fn new(places: Arc<tokio::sync::Semaphore>, open: Option<FilePlace>) -> FileGate {
+    pub(crate) fn new(places: Arc<tokio::sync::Semaphore>) -> FileGate {
         FileGate {
             places: tokio_util::sync::PollSemaphore::new(places),
             held: None,
-            _open: open,
         }
     }
 

@@ -155,6 +155,15 @@ pub(crate) struct ConnState {
     pub(crate) servlet: crate::request::ServletMark,
 }
 
+/// The semaphore in `cell`, made with `places` on first use.
+fn made_once(
+    cell: &std::sync::OnceLock<Arc<tokio::sync::Semaphore>>,
+    places: usize,
+) -> Arc<tokio::sync::Semaphore> {
+    cell.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(places)))
+        .clone()
+}
+
 impl ConnState {
     pub(crate) fn new() -> ConnState {
         let now = clock::now_ms();
@@ -183,17 +192,13 @@ impl ConnState {
     /// HTTP/2: what a stream's file body waits on before it is read, one
     /// of `places` for the connection (made on the first).
     pub(crate) fn h2_files(&self, places: usize) -> Arc<tokio::sync::Semaphore> {
-        self.h2_files
-            .get_or_init(|| Arc::new(tokio::sync::Semaphore::new(places)))
-            .clone()
+        made_once(&self.h2_files, places)
     }
 
     /// HTTP/2: the budget of files open at once for this connection's
     /// streams, `places` in all (made on the first).
     pub(crate) fn h2_open_files(&self, places: usize) -> Arc<tokio::sync::Semaphore> {
-        self.h2_open
-            .get_or_init(|| Arc::new(tokio::sync::Semaphore::new(places)))
-            .clone()
+        made_once(&self.h2_open, places)
     }
 
     /// Asks the hyper connection to end at the next request boundary: its

@@ -14,4 +14,4 @@ mod progress;
 mod respond;
 
 pub use cache::{CacheError, CacheStats, SiteCache};
-pub use respond::{FILE_BUDGET, FilePlace, INDEX_FILE, not_found_page, respond};
+pub use respond::{FILE_BUDGET, INDEX_FILE, not_found_page, respond};

@@ -121,16 +121,12 @@ async fn from_disk<B>(
     };
     let opened = open_no_follow(&file.path).await.map_err(|e| {
         let answer = open_failure(&e);
-        if answer != StatusCode::NOT_FOUND && once_a_second() {
-            tracing::warn!(file = %file.path.display(), error = %e, status = answer.as_u16(), "cannot open a streamed file (said at most once a second)");
+        if !matches!(answer, RequestError::NotFound) && once_a_second() {
+            tracing::warn!(file = %file.path.display(), error = %e, status = answer.status().as_u16(), "cannot open a streamed file (said at most once a second)");
         } else {
             tracing::debug!(file = %file.path.display(), error = %e, "cannot open a streamed file");
         }
-        match answer {
-            StatusCode::NOT_FOUND => RequestError::NotFound,
-            StatusCode::SERVICE_UNAVAILABLE => RequestError::Unavailable("no file descriptor left"),
-            _ => RequestError::Internal,
-        }
+        answer
     })?;
     let meta = opened.metadata().await.map_err(|e| {
         tracing::warn!(file = %file.path.display(), error = %e, "cannot stat a streamed file");
@@ -172,16 +168,12 @@ async fn from_disk<B>(
     let body = if head {
         Body::empty()
     } else {
-        Body::file(opened, start, len)
+        Body::file_holding(opened, start, len, place)
     };
-    let mut res = match partial_range {
+    Ok(match partial_range {
         Some((s, e)) => partial(rep, s, e, body),
         None => with_headers(StatusCode::OK, rep.headers.clone(), body),
-    };
-    if let Some(place) = place.filter(|_| !head) {
-        res.extensions_mut().insert(FilePlace(Arc::new(place)));
-    }
-    Ok(res)
+    })
 }
 
 tokio::task_local! {
@@ -193,11 +185,6 @@ tokio::task_local! {
     /// such clients used up the process's 20,000).
     pub static FILE_BUDGET: Arc<tokio::sync::Semaphore>;
 }
-
-/// A place taken from the [`FILE_BUDGET`], on the response whose file it
-/// holds open; the connection keeps it with the body until it is dropped.
-#[derive(Debug, Clone)]
-pub struct FilePlace(pub Arc<tokio::sync::OwnedSemaphorePermit>);
 
 /// Whether a warning may be logged now: at most one a second, so that
 /// running out of descriptors (which a client can cause) is said, not
@@ -222,15 +209,15 @@ fn once_a_second() -> bool {
 /// process is out of descriptors or memory (it is there: try again);
 /// 500 otherwise (permissions, I/O). Never a 404 a cache in front would
 /// keep for a file that exists.
-fn open_failure(e: &std::io::Error) -> StatusCode {
+fn open_failure(e: &std::io::Error) -> RequestError {
     use rustix::io::Errno;
     let is = |errno: Errno| e.raw_os_error() == Some(errno.raw_os_error());
     if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) || is(Errno::LOOP) {
-        StatusCode::NOT_FOUND
+        RequestError::NotFound
     } else if is(Errno::MFILE) || is(Errno::NFILE) || is(Errno::NOMEM) {
-        StatusCode::SERVICE_UNAVAILABLE
+        RequestError::Unavailable("no file descriptor left")
     } else {
-        StatusCode::INTERNAL_SERVER_ERROR
+        RequestError::Internal
     }
 }
 
@@ -527,7 +514,7 @@ mod tests {
             (os(Errno::ACCESS), StatusCode::INTERNAL_SERVER_ERROR),
             (os(Errno::IO), StatusCode::INTERNAL_SERVER_ERROR),
         ] {
-            assert_eq!(open_failure(&e), want, "{e}");
+            assert_eq!(open_failure(&e).status(), want, "{e}");
         }
     }
 
