@@ -5,7 +5,9 @@
 //! `MAX_BATCH` at the latest), then each touched site is refreshed with
 //! reuse: unchanged files and servlets are carried over as they are, a
 //! changed file is read whole before it replaces the old entry, and a
-//! servlet whose new version fails to load keeps its old version. The new
+//! servlet whose new file fails to load under unchanged settings keeps its
+//! old version (one refused under its route's new settings stops serving,
+//! as after a restart). The new
 //! `Sites` replaces the old one in one atomic store: a request sees either
 //! the old state or the new one, never a mix, and requests already running
 //! finish with what they started with.

@@ -338,21 +338,23 @@ struct Unready(Option<std::process::Child>);
 impl Unready {
     /// Kills and reaps the process; its exit status.
     fn stop(mut self) -> Option<std::process::ExitStatus> {
-        let mut child = self.0.take()?;
-        let _ = child.kill();
-        child.wait().ok()
+        kill_and_reap(self.0.take()?)
     }
 }
 
 impl Drop for Unready {
     fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
+        if let Some(child) = self.0.take() {
             tracing::warn!(
                 pid = child.id(),
                 "upgrade abandoned (this process is stopping): the new process is stopped"
             );
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_and_reap(child);
         }
     }
+}
+
+fn kill_and_reap(mut child: std::process::Child) -> Option<std::process::ExitStatus> {
+    let _ = child.kill();
+    child.wait().ok()
 }

@@ -4,8 +4,9 @@
 //! 2. **reuse** what has not changed: a planned servlet whose file, limits
 //!    and settings are unchanged since the previous load is kept as it is;
 //! 3. **compile** the rest, in parallel, and check each against its
-//!    guest's contract. A servlet whose new version fails keeps serving
-//!    its previous one.
+//!    guest's contract. A servlet whose new file fails under unchanged
+//!    settings keeps serving its previous version; one refused under its
+//!    route's new settings stops serving, as after a restart.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
