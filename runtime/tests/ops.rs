@@ -1013,7 +1013,8 @@ fn an_http2_request_reset_before_its_answer_is_logged_as_499_and_bytes_are_those
 }
 
 /// HTTP/1.1: a client that closes its connection (FIN) or resets it
-/// while its servlet runs is noticed without a write: the servlet is
+/// while its servlet runs, even with a pipelined request still unread
+/// behind it, is noticed without a write: the servlet is
 /// stopped long before its `timeout`, its `max_concurrency` place goes to
 /// the next client, and the line says 499 with the servlet's route (not
 /// the static files' `-`). A body over `max_body_bytes` refused before
@@ -1037,10 +1038,21 @@ fn an_http1_client_that_leaves_while_its_servlet_runs_is_a_499_of_that_route() {
     let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
     let log = dir.path().join("logs/access.log");
     let spin = b"GET /spin HTTP/1.1\r\nHost: a\r\n\r\n";
-    // A close, a reset, and a client that only ends its sending side.
-    for (n, how) in ["close", "reset", "shutdown"].iter().enumerate() {
+    // A close, a reset, a client that only ends its sending side, and one
+    // that closes with a second request still unread behind the first.
+    for (n, how) in ["close", "reset", "shutdown", "pipelined"]
+        .iter()
+        .enumerate()
+    {
         let mut stream = TcpStream::connect(&public).expect("connect");
         stream.write_all(spin).expect("request");
+        if *how == "pipelined" {
+            // Sent once hyper has read the first: it waits in the socket.
+            std::thread::sleep(Duration::from_millis(100));
+            stream
+                .write_all(b"GET /who HTTP/1.1\r\nHost: a\r\n\r\n")
+                .expect("second request");
+        }
         std::thread::sleep(Duration::from_millis(300));
         match *how {
             "reset" => socket2::SockRef::from(&stream)
@@ -1092,7 +1104,7 @@ fn an_http1_client_that_leaves_while_its_servlet_runs_is_a_499_of_that_route() {
             .any(|l| l.starts_with("swan_requests_total{")
                 && l.contains("route=\"/spin/*\"")
                 && l.contains("class=\"4xx\"")
-                && l.ends_with(" 3")),
+                && l.ends_with(" 4")),
         "{metrics}"
     );
     // Refused on its declared length before the servlet runs: the route's.
@@ -1101,8 +1113,8 @@ fn an_http1_client_that_leaves_while_its_servlet_runs_is_a_499_of_that_route() {
         b"POST /who HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(status_of(&reply), 413, "{reply}");
-    let lines = read_lines(&log, 4);
-    let line: serde_json::Value = serde_json::from_str(&lines[3]).expect("a JSON line");
+    let lines = read_lines(&log, 5);
+    let line: serde_json::Value = serde_json::from_str(&lines[4]).expect("a JSON line");
     assert_eq!(
         (&line["status"], &line["route"]),
         (&413.into(), &"/who/*".into()),
@@ -1178,5 +1190,67 @@ fn a_site_renamed_by_a_reload_leaves_the_metrics() {
         assert!(Instant::now() < deadline, "never renamed: {metrics}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    stop(s.child);
+}
+
+/// The ready queue of a servlet comes back to `prewarm` once the slots of
+/// `server.max_instances` that other servlets took are free again, rather
+/// than limping on with one instance made per request.
+#[test]
+fn prewarmed_instances_come_back_after_other_servlets_took_every_slot() {
+    let dir = site();
+    for (folder, name, wat) in [("servlets", "spin", SPIN), ("apps", "who", WHO)] {
+        std::fs::create_dir_all(dir.path().join(folder)).expect("folder");
+        std::fs::write(
+            dir.path().join(format!("{folder}/{name}.wasm")),
+            wat::parse_str(wat).expect("wat"),
+        )
+        .expect("servlet");
+    }
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nmax_instances = 4\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n\
+         [site.servlet]\nprewarm = 0\ntimeout = \"1s\"\n\
+         [[site.route]]\npath = \"/who\"\nservlet = \"apps/who.wasm\"\nprewarm = 3\n",
+    )
+    .expect("config");
+    let s = start(dir.path(), &[], true);
+    let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
+    let ready = || {
+        sample(
+            &get(&admin, "/metrics"),
+            "swan_servlet_instances_ready",
+            &["route=\"/who\""],
+        )
+    };
+    let settles_at = |want: f64| {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while ready() != Some(want) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ready()
+    };
+    assert_eq!(settles_at(3.0), Some(3.0), "filled at load");
+    // Three spinning requests take the free slot and two of who's three.
+    let spins: Vec<_> = (0..3)
+        .map(|_| {
+            let public = public.clone();
+            std::thread::spawn(move || status_of(&get(&public, "/spin")))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // who's last instance serves; its refill finds one slot free (the
+    // one that instance held), and no more.
+    assert_eq!(status_of(&get(&public, "/who")), 200);
+    assert_eq!(settles_at(1.0), Some(1.0), "one slot to refill into");
+    for spin in spins {
+        assert_eq!(spin.join().expect("spin"), 504);
+    }
+    // The slots are free: one request, and the queue is full again (not
+    // one made for each request taken).
+    assert_eq!(status_of(&get(&public, "/who")), 200);
+    assert_eq!(settles_at(3.0), Some(3.0), "refilled to prewarm");
     stop(s.child);
 }

@@ -486,3 +486,83 @@ async fn a_tls_client_that_stops_reading_is_dropped_after_send_timeout() {
     );
     stop(s.child);
 }
+
+/// A loop: the request runs until its servlet's `timeout`.
+const SPIN: &str = r#"(module
+  (memory (export "memory") 1)
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (loop $l (br $l)) i32.const 0))"#;
+
+/// HTTPS with HTTP/1.1: a client that leaves while its servlet runs (a
+/// TLS close, a close without one, a reset) is noticed without a write,
+/// as on a plain listener: the servlet stops long before its `timeout`,
+/// its only `max_concurrency` place goes to the next client, and the
+/// line says 499.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_client_that_leaves_while_its_servlet_runs_is_a_499() {
+    use tokio::io::AsyncWriteExt;
+    let dir = site();
+    let certs = make_certs(7);
+    write_certs(dir.path(), &certs);
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    std::fs::create_dir(dir.path().join("logs")).expect("logs");
+    std::fs::write(
+        dir.path().join("servlets/spin.wasm"),
+        wat::parse_str(SPIN).expect("spin"),
+    )
+    .expect("spin");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\n\
+         [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [log]\naccess = \"logs/access.log\"\nformat = \"json\"\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n\
+         [site.servlet]\ntimeout = \"5s\"\nmax_concurrency = 1\nqueue_timeout = \"4s\"\n",
+    )
+    .expect("config");
+    let s = start(dir.path(), &[], true);
+    let (addr, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
+    let log = dir.path().join("logs/access.log");
+    for (n, how) in ["close_notify", "close", "reset"].iter().enumerate() {
+        let mut tls = connect(&addr, &[&certs.ca_der], &[b"http/1.1"]).await;
+        tls.write_all(b"GET /spin HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .expect("request");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        match *how {
+            "close_notify" => tls.shutdown().await.expect("close_notify"),
+            "reset" => socket2::SockRef::from(tls.get_ref().0)
+                .set_linger(Some(Duration::ZERO))
+                .expect("linger"),
+            _ => {}
+        }
+        drop(tls);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let lines = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+            if lines.len() > n || Instant::now() > deadline {
+                break lines;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let line: serde_json::Value = serde_json::from_str(&lines[n]).expect("a JSON line");
+        assert_eq!(line["status"], 499, "{how}: {lines:?}");
+        let ms = line["duration_ms"].as_f64().expect("duration");
+        assert!(
+            ms < 2500.0,
+            "{how}: stopped after {ms} ms, its timeout is 5 s"
+        );
+        // Its place is free: nothing of the spin servlet runs any more.
+        let metrics = support::get(&admin, "/metrics");
+        let running = metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("swan_servlet_requests_in_flight{") && l.contains("route=\"/spin/*\"")
+            })
+            .unwrap_or_else(|| panic!("{how}: no in-flight gauge for /spin/*: {metrics}"));
+        assert!(running.ends_with(" 0.0"), "{how}: {running}");
+    }
+    stop(s.child);
+}

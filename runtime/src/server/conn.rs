@@ -4,6 +4,7 @@
 //! goes through `parking`, which comes back here for HTTP/2.
 
 use std::convert::Infallible;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
+use super::client_gone::ClientGone;
 use super::sendfile::Handed;
 use super::sent_body::{FileGate, SentBody};
 use super::stream::{SocketStamp, WatchedIo};
@@ -224,11 +226,20 @@ pub(crate) async fn serve<S>(
     limits: Limits,
     _slot: Slot,
 ) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: AsyncRead + AsyncWrite + AsRawFd + Unpin + Send + 'static,
 {
     let Tls { stream, state } = conn;
     let protocol = match stream.get_ref().1.alpn_protocol() {
-        Some(b"http/1.1") => Protocol::Http1(&builders.http1),
+        Some(b"http/1.1") => {
+            #[allow(
+                unsafe_code,
+                reason = "polled only beside the connection, which owns the socket"
+            )]
+            // SAFETY: `drive` polls `gone` only beside the hyper connection
+            // that owns the TLS stream, and so the socket.
+            let gone = unsafe { ClientGone::new(stream.get_ref().0, state.clone()) };
+            Protocol::Http1(&builders.http1, gone)
+        }
         _ => Protocol::Detect(&builders.auto),
     };
     let io = WatchedIo::new(stream, state.clone()).writes_stamped_below();
@@ -251,8 +262,9 @@ pub(crate) async fn serve<S>(
 pub(crate) enum Protocol<'a> {
     /// HTTP/1.1 or HTTP/2, told apart by the first bytes.
     Detect(&'a auto::Builder<TokioExecutor>),
-    /// HTTP/1.1 alone.
-    Http1(&'a http1::Builder),
+    /// HTTP/1.1 alone, watched for a client that leaves while a servlet
+    /// has its request.
+    Http1(&'a http1::Builder, ClientGone),
 }
 
 /// The watchdog dropped a connection (a timeout).
@@ -361,12 +373,14 @@ where
         Protocol::Detect(builder) => {
             let conn = builder.serve_connection(io, service);
             let graceful = |conn: Pin<&mut _>| auto::Connection::graceful_shutdown(conn);
-            supervise(conn, graceful, state, remote, shutdown, limits).await
+            // HTTP/2 notices its client leaving by itself.
+            let gone = ClientGone::unwatched(state.clone());
+            supervise(conn, graceful, state, remote, gone, shutdown, limits).await
         }
-        Protocol::Http1(builder) => {
+        Protocol::Http1(builder, gone) => {
             let conn = builder.serve_connection(io, service);
             let graceful = |conn: Pin<&mut _>| http1::Connection::graceful_shutdown(conn);
-            supervise(conn, graceful, state, remote, shutdown, limits).await
+            supervise(conn, graceful, state, remote, gone, shutdown, limits).await
         }
     }
 }
@@ -378,6 +392,7 @@ async fn supervise<C, E>(
     graceful: impl Fn(Pin<&mut C>),
     state: Arc<ConnState>,
     remote: std::net::SocketAddr,
+    mut gone: ClientGone,
     mut shutdown: watch::Receiver<bool>,
     limits: Limits,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
@@ -392,6 +407,12 @@ where
     loop {
         tokio::select! {
             result = conn.as_mut() => return result.map_err(Into::into),
+            () = &mut gone => {
+                // Dropping the connection drops the handler: its request
+                // is logged and counted as 499.
+                tracing::debug!(%remote, "the client left while its request was handled");
+                return Ok(());
+            }
             _ = shutdown.changed(), if !closing && !linger.started() => linger.start(&state),
             () = linger.wait(), if !closing => {
                 graceful(conn.as_mut());

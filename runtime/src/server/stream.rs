@@ -65,6 +65,12 @@ impl<S> SocketStamp<S> {
     }
 }
 
+impl<S: std::os::fd::AsRawFd> std::os::fd::AsRawFd for SocketStamp<S> {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.inner.as_raw_fd()
+    }
+}
+
 impl<S: AsyncRead + Unpin> AsyncRead for SocketStamp<S> {
     fn poll_read(
         self: Pin<&mut Self>,

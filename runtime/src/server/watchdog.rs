@@ -79,7 +79,9 @@ pub(crate) async fn watch(
     // can be much sooner than the deadline computed while a request ran:
     // after finding one running, look again in 0.5 s, then back off (1,
     // 2, 4... s up to `recheck`) while the connection stays that busy, so
-    // a busy connection costs no more wake-ups than before.
+    // a busy connection costs no more wake-ups than before. These wakes
+    // are also when an HTTP/1 connection looks for a client that left
+    // (`client_gone`), parkable or not (TLS).
     let mut busy_recheck = PARK_AFTER_MS.min(recheck);
     let closing_since = clock::now_ms();
     loop {
@@ -92,13 +94,11 @@ pub(crate) async fn watch(
         // deadline forward; waking at least every `recheck` ms bounds how
         // late that is noticed.
         let mut next = recheck;
-        if park {
-            if state.in_flight() {
-                next = busy_recheck;
-                busy_recheck = (busy_recheck * 2).min(recheck);
-            } else {
-                busy_recheck = PARK_AFTER_MS.min(recheck);
-            }
+        if state.in_flight() {
+            next = busy_recheck;
+            busy_recheck = (busy_recheck * 2).min(recheck);
+        } else {
+            busy_recheck = PARK_AFTER_MS.min(recheck);
         }
         let wake = deadline.min(now + next) + clock::TICK.as_millis() as u64;
         tokio::time::sleep_until(clock::instant_at(wake).into()).await;

@@ -231,7 +231,10 @@ impl<G: Guest> InstancePool<G> {
 
     /// Tops the ready queue up after an instance was taken: on this
     /// worker's own runtime, as a separate task that runs once the current
-    /// request has its response.
+    /// request has its response. Usually that is one instance; after a
+    /// time when every slot of `server.max_instances` was taken (refills
+    /// then give up), the queue is short by more, and the task fills it
+    /// back to `prewarm`, yielding between instances.
     fn schedule_refill(self: &Arc<Self>) {
         let prewarm = self.info.limits.prewarm as usize;
         if prewarm == 0 || self.ready.len() + self.refilling.load(Ordering::Relaxed) >= prewarm {
@@ -245,8 +248,14 @@ impl<G: Guest> InstancePool<G> {
         self.refilling.fetch_add(1, Ordering::Relaxed);
         let pool = self.clone();
         runtime.spawn(async move {
-            tokio::task::yield_now().await;
-            pool.add_one().await;
+            loop {
+                tokio::task::yield_now().await;
+                // Other refills running will add one each.
+                let others = pool.refilling.load(Ordering::Relaxed) - 1;
+                if pool.ready.len() + others >= prewarm || !pool.add_one().await {
+                    break;
+                }
+            }
             pool.refilling.fetch_sub(1, Ordering::Relaxed);
         });
     }
