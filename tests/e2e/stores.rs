@@ -477,6 +477,73 @@ async fn redis_going_down_gives_503_and_coming_back_needs_no_restart() -> Result
     Ok(())
 }
 
+/// Redis closing connections left idle (its `timeout`, as a proxy or a
+/// NAT also may) costs no call: an idle connection is checked before use.
+/// A handshake Redis refuses (a password it starts to require, so SELECT
+/// of the store's database fails) is tried again once it accepts again,
+/// with no restart. Before, the first call on each connection after an
+/// idle second failed (503), and the refused handshake stayed refused
+/// until swan restarted.
+#[tokio::test]
+async fn redis_closing_idle_connections_or_refusing_a_handshake_needs_no_restart() -> Result<()> {
+    let redis = RedisServer::start()?;
+    let (_site, server) = start(&format!(
+        "[[store]]\nname = \"default\"\nkind = \"redis\"\nurl = \"{}/1\"\n",
+        redis.url()
+    ))
+    .await?;
+    let count = |r: &swan_tests::Reply| r.text().parse::<u64>().ok();
+    let first = server.get("/visits").await?;
+    let mut last = count(&first).unwrap_or_else(|| panic!("{} {}", first.status, first.text()));
+    assert_eq!(
+        redis.command(None, &["CONFIG", "SET", "timeout", "1"])?,
+        "+OK"
+    );
+    for _ in 0..2 {
+        // Long enough for Redis to close both idle connections.
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        for _ in 0..6 {
+            let r = server.get("/visits").await?;
+            assert_eq!(
+                r.status,
+                StatusCode::OK,
+                "after an idle spell: {}",
+                r.text()
+            );
+            let now = count(&r).unwrap_or_default();
+            assert_eq!(now, last + 1, "{}", r.text());
+            last = now;
+        }
+    }
+    // A password now required; swan's connections closed.
+    assert_eq!(
+        redis.command(None, &["CONFIG", "SET", "timeout", "0"])?,
+        "+OK"
+    );
+    assert_eq!(
+        redis.command(None, &["CONFIG", "SET", "requirepass", "sekrit"])?,
+        "+OK"
+    );
+    let killed = redis.command(Some("sekrit"), &["CLIENT", "KILL", "TYPE", "normal"])?;
+    assert!(killed.starts_with(':'), "{killed}");
+    for _ in 0..3 {
+        let r = server.get("/visits").await?;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        redis.command(Some("sekrit"), &["CONFIG", "SET", "requirepass", ""])?,
+        "+OK"
+    );
+    assert!(
+        server
+            .answers_ok_within("/visits", Duration::from_secs(10))
+            .await,
+        "the store did not work again once Redis accepted its handshake"
+    );
+    Ok(())
+}
+
 /// Redis refusing connections, or accepting them and never answering,
 /// from the start: every call fails as unavailable within the store's
 /// `timeout` (500 ms here), so 20 requests at once all get the servlet's

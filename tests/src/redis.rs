@@ -43,6 +43,33 @@ impl RedisServer {
         self.dir.path().to_path_buf()
     }
 
+    /// Sends one command, after `AUTH password` when one is given, on a
+    /// connection of its own; the first line of its reply (`+OK`, `:3`,
+    /// `-ERR ...`).
+    pub fn command(&self, password: Option<&str>, args: &[&str]) -> Result<String> {
+        use std::io::{BufRead, BufReader, Write};
+        let encode = |args: &[&str]| {
+            let mut out = format!("*{}\r\n", args.len());
+            for a in args {
+                out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+            }
+            out
+        };
+        let stream = TcpStream::connect(self.addr)?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut reader = BufReader::new(stream.try_clone()?);
+        let mut line = String::new();
+        if let Some(password) = password {
+            (&stream).write_all(encode(&["AUTH", password]).as_bytes())?;
+            reader.read_line(&mut line)?;
+            anyhow::ensure!(line.starts_with("+OK"), "AUTH: {line}");
+            line.clear();
+        }
+        (&stream).write_all(encode(args).as_bytes())?;
+        reader.read_line(&mut line)?;
+        Ok(line.trim_end().to_owned())
+    }
+
     /// Stops the server (SIGKILL, like a crash), keeping its port.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

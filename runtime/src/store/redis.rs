@@ -10,16 +10,27 @@
 //!   failed attempt is not tried again for [`RETRY_CONNECT`];
 //! - calls on one key always take the same connection, so Redis applies
 //!   them in the order they were made: a write that timed out (and may
-//!   still be applied) can never land after a later write to its key.
+//!   still be applied) can never land after a later write to its key;
+//! - a connection left unused for [`IDLE_CHECK_MS`] is checked with a PING
+//!   before the call: Redis's own `timeout`, a proxy or a NAT may have
+//!   closed it meanwhile, and the manager learns that only from a failed
+//!   command, which must not be the call (an increment cannot simply be
+//!   sent again). The manager then reconnects, and the call goes on the
+//!   new connection;
+//! - a connection whose handshake Redis refused (a password now required
+//!   or changed, a database it will not select) is forgotten: the manager
+//!   would keep that error for good, as it reconnects only after I/O
+//!   errors. The next call after [`RETRY_CONNECT`] makes a new one.
 
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncCommands, Client, RedisError, Script};
+use redis::{AsyncCommands, Client, ErrorKind, RedisError, Script};
 
 use super::{KeyPage, StoreError};
 
@@ -40,6 +51,9 @@ return 1
 /// in that time fail at once.
 const RETRY_CONNECT: Duration = Duration::from_secs(1);
 
+/// A connection unused this long (ms) is checked with a PING before a call.
+const IDLE_CHECK_MS: u64 = 1000;
+
 /// INCRBY `KEYS[1]` by `ARGV[1]`, refused (as INCR refuses text) when the
 /// value stored is negative: wasi:keyvalue's counters are unsigned. The
 /// new value, as text.
@@ -59,6 +73,8 @@ struct Connection {
     connecting: tokio::sync::Mutex<()>,
     /// When the last attempt to connect failed, and why.
     failed: Mutex<Option<(Instant, String)>>,
+    /// When a call last took this connection (coarse-clock ms).
+    used_ms: AtomicU64,
 }
 
 /// An attempt to connect in progress: if its caller stops waiting (its
@@ -95,6 +111,27 @@ impl Connection {
         let (at, why) = failed.as_ref()?;
         (at.elapsed() < RETRY_CONNECT).then(|| StoreError::Unavailable(why.clone()))
     }
+
+    /// A call on this connection failed with `e`: the store's error for
+    /// it. A refused handshake makes the manager useless for good, so it
+    /// is forgotten and made again (after [`RETRY_CONNECT`]).
+    fn failed(&self, e: RedisError) -> StoreError {
+        let refused = refused_handshake(&e);
+        let error = classify(e);
+        if refused {
+            self.manager.store(None);
+            self.failed_now(&error);
+        }
+        error
+    }
+}
+
+/// Whether `e` says Redis refused the connection's handshake (AUTH,
+/// SELECT), which a manager keeps answering without trying again.
+fn refused_handshake(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+        || e.to_string().contains("refused to switch database")
 }
 
 pub(super) struct RedisStore {
@@ -129,7 +166,12 @@ fn redis_runtime() -> Option<&'static tokio::runtime::Handle> {
 }
 
 fn classify(e: RedisError) -> StoreError {
-    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+    if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || refused_handshake(&e)
+    {
         return StoreError::Unavailable(e.to_string());
     }
     let text = e.to_string();
@@ -178,9 +220,33 @@ impl RedisStore {
     }
 
     /// The connection for calls on `key` (always the same one), or the
-    /// next in turn; made now if none was made yet.
-    async fn connection(&self, key: Option<&str>) -> Result<ConnectionManager, StoreError> {
+    /// next in turn, with its slot (to report a failed call to); made now
+    /// if none was made yet, checked first if it was left idle.
+    async fn connection(
+        &self,
+        key: Option<&str>,
+    ) -> Result<(&Connection, ConnectionManager), StoreError> {
         let slot = &self.managers[self.slot_for(key)];
+        let mut con = self.manager(slot).await?;
+        let now = crate::clock::now_ms();
+        let last = slot.used_ms.swap(now, Ordering::Relaxed);
+        if now.saturating_sub(last) >= IDLE_CHECK_MS {
+            // A dead connection fails the PING, and the manager reconnects:
+            // the call then waits for the new connection.
+            if let Err(e) = redis::cmd("PING").query_async::<()>(&mut con).await {
+                let dropped = e.is_connection_dropped() || e.is_io_error();
+                let error = slot.failed(e);
+                if !dropped {
+                    return Err(error);
+                }
+                con = self.manager(slot).await?;
+            }
+        }
+        Ok((slot, con))
+    }
+
+    /// `slot`'s manager, made now if there is none.
+    async fn manager(&self, slot: &Connection) -> Result<ConnectionManager, StoreError> {
         if let Some(m) = slot.manager.load_full() {
             return Ok((*m).clone());
         }
@@ -237,7 +303,11 @@ impl RedisStore {
             .and_then(|made| made.map_err(classify));
         attempt.settled = true;
         match &made {
-            Ok(m) => slot.manager.store(Some(std::sync::Arc::new(m.clone()))),
+            Ok(m) => {
+                slot.used_ms
+                    .store(crate::clock::now_ms(), Ordering::Relaxed);
+                slot.manager.store(Some(std::sync::Arc::new(m.clone())));
+            }
             Err(e) => slot.failed_now(e),
         }
         made
@@ -248,8 +318,8 @@ impl RedisStore {
     }
 
     pub(super) async fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
-        let mut con = self.connection(Some(key)).await?;
-        let value: Option<Vec<u8>> = con.get(self.key(key)).await.map_err(classify)?;
+        let (slot, mut con) = self.connection(Some(key)).await?;
+        let value: Option<Vec<u8>> = con.get(self.key(key)).await.map_err(|e| slot.failed(e))?;
         Ok(value.map(Bytes::from))
     }
 
@@ -259,18 +329,20 @@ impl RedisStore {
         value: Bytes,
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
-        let mut con = self.connection(Some(key)).await?;
+        let (slot, mut con) = self.connection(Some(key)).await?;
         let mut cmd = redis::cmd("SET");
         cmd.arg(self.key(key)).arg(value.as_ref());
         if let Some(ttl) = ttl {
             cmd.arg("PX").arg(ttl.as_millis().max(1) as u64);
         }
-        cmd.query_async::<()>(&mut con).await.map_err(classify)
+        cmd.query_async::<()>(&mut con)
+            .await
+            .map_err(|e| slot.failed(e))
     }
 
     pub(super) async fn delete(&self, key: &str) -> Result<bool, StoreError> {
-        let mut con = self.connection(Some(key)).await?;
-        let n: u64 = con.del(self.key(key)).await.map_err(classify)?;
+        let (slot, mut con) = self.connection(Some(key)).await?;
+        let n: u64 = con.del(self.key(key)).await.map_err(|e| slot.failed(e))?;
         Ok(n > 0)
     }
 
@@ -290,7 +362,7 @@ impl RedisStore {
         // Each SCAN is bounded by the connection's response timeout; the
         // listing as a whole is not (a sparse prefix in a large keyspace
         // takes many).
-        let mut con = self.within(self.connection(None)).await?;
+        let (slot, mut con) = self.within(self.connection(None)).await?;
         let limit = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
         let mut keys: Vec<String> = Vec::new();
         let mut scan = match ListCursor::decode(cursor) {
@@ -299,7 +371,7 @@ impl RedisStore {
                 let state: Vec<String> = con
                     .lrange(self.cursor_key(id), 0, -1)
                     .await
-                    .map_err(classify)?;
+                    .map_err(|e| slot.failed(e))?;
                 let Some((next, rest)) = state.split_first() else {
                     return Err(StoreError::Other(
                         "unknown or expired cursor: list again from the start".to_owned(),
@@ -344,7 +416,7 @@ impl RedisStore {
                 .arg((limit - keys.len()).clamp(10, 1000))
                 .query_async(&mut con)
                 .await
-                .map_err(classify)?;
+                .map_err(|e| slot.failed(e))?;
             let mut batch: Vec<String> = batch
                 .into_iter()
                 .filter_map(|k| k.strip_prefix(&self.prefix).map(str::to_owned))
@@ -356,7 +428,7 @@ impl RedisStore {
                 let id: u64 = con
                     .incr(format!("swan-cursor:{}", self.name), 1)
                     .await
-                    .map_err(classify)?;
+                    .map_err(|e| slot.failed(e))?;
                 let id = id % (ListCursor::MAX_ID - 1) + 1;
                 let state_key = self.cursor_key(id);
                 redis::pipe()
@@ -367,7 +439,7 @@ impl RedisStore {
                     .expire(&state_key, 600)
                     .query_async::<()>(&mut con)
                     .await
-                    .map_err(classify)?;
+                    .map_err(|e| slot.failed(e))?;
                 return Ok(KeyPage {
                     keys,
                     cursor: Some(ListCursor::Leftover { id, offset: 0 }.encode()?),
@@ -391,9 +463,12 @@ impl RedisStore {
         delta: i64,
         unsigned: bool,
     ) -> Result<i64, StoreError> {
-        let mut con = self.connection(Some(key)).await?;
+        let (slot, mut con) = self.connection(Some(key)).await?;
         if !unsigned {
-            return con.incr(self.key(key), delta).await.map_err(classify);
+            return con
+                .incr(self.key(key), delta)
+                .await
+                .map_err(|e| slot.failed(e));
         }
         // The new value as text (a Lua number would round past 2^53).
         let sum: String = self
@@ -402,7 +477,7 @@ impl RedisStore {
             .arg(delta)
             .invoke_async(&mut con)
             .await
-            .map_err(classify)?;
+            .map_err(|e| slot.failed(e))?;
         sum.parse().map_err(|_| StoreError::NotANumber)
     }
 
@@ -412,7 +487,7 @@ impl RedisStore {
         expected: Option<Bytes>,
         new: Bytes,
     ) -> Result<bool, StoreError> {
-        let mut con = self.connection(Some(key)).await?;
+        let (slot, mut con) = self.connection(Some(key)).await?;
         let absent = if expected.is_none() { "1" } else { "0" };
         let swapped: i64 = self
             .cas
@@ -422,17 +497,17 @@ impl RedisStore {
             .arg(new.as_ref())
             .invoke_async(&mut con)
             .await
-            .map_err(classify)?;
+            .map_err(|e| slot.failed(e))?;
         Ok(swapped == 1)
     }
 
     pub(super) async fn ping(&self) -> Result<(), StoreError> {
-        let mut con = self.connection(None).await?;
+        let (slot, mut con) = self.connection(None).await?;
         redis::cmd("PING")
             .query_async::<String>(&mut con)
             .await
             .map(|_| ())
-            .map_err(classify)
+            .map_err(|e| slot.failed(e))
     }
 }
 
