@@ -162,6 +162,78 @@ async fn modules_that_loop_while_loading_are_refused_within_their_deadline() -> 
     server.stop().await
 }
 
+/// A module that sleeps for an hour in WASI's `poll_oneoff` (a host call,
+/// where epoch deadlines cannot stop it) from `place`: its start function,
+/// `_initialize`, or the `swan_abi_version` probe.
+fn sleeper(place: &str) -> Vec<u8> {
+    let sleep = "(i32.store (i32.const 16) (i32.const 1)) \
+        (i64.store (i32.const 24) (i64.const 3600000000000)) \
+        (drop (call $poll (i32.const 0) (i32.const 64) (i32.const 1) (i32.const 128)))";
+    let (start, init, probe) = match place {
+        "start" => (format!("(func $s {sleep}) (start $s)"), "", ""),
+        "init" => (String::new(), sleep, ""),
+        _ => (String::new(), "", sleep),
+    };
+    let text = format!(
+        r#"(module
+  (import "wasi_snapshot_preview1" "poll_oneoff"
+    (func $poll (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  {start}
+  (func (export "_initialize") {init})
+  (func (export "swan_abi_version") (result i32) {probe} i32.const 1)
+  (func (export "swan_handle") (result i32) i32.const 0))"#
+    );
+    wat::parse_str(&text).unwrap_or_else(|e| panic!("bad test WAT: {e}\n{text}"))
+}
+
+/// The same for a module that waits in a host call while it starts: the
+/// servlet's `timeout` and the 500 ms grace of a host call bound it, so
+/// neither the start, nor a reload, nor `swan check` waits an hour.
+#[tokio::test]
+async fn modules_that_wait_in_a_host_call_while_loading_are_refused_within_their_deadline()
+-> Result<()> {
+    let modules = vec![
+        ("start.wasm", sleeper("start")),
+        ("init.wasm", sleeper("init")),
+        ("probe.wasm", sleeper("probe")),
+        ("ok.wasm", ok_module()),
+    ];
+    let started = Instant::now();
+    let (site, server) = start_with(&modules, QUICK).await?;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let reasons = refused(&server);
+    for name in ["start.wasm", "init.wasm", "probe.wasm"] {
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.contains(name)
+                    && r.contains("did not finish within the servlet's timeout")),
+            "{name}: {reasons:?}"
+        );
+    }
+    assert_eq!(server.get("/ok").await?.text(), "ok");
+    // Dropped in while running: refused in time, and reloads go on.
+    site.file("servlets/late.wasm", sleeper("init"))?;
+    site.file("servlets/later.wasm", text_module("later"))?;
+    assert!(
+        eventually(WAIT, || async {
+            refused(&server).iter().any(|r| r.contains("late.wasm"))
+                && server
+                    .get("/later")
+                    .await
+                    .is_ok_and(|r| r.text() == "later")
+        })
+        .await,
+        "hot reload stalled behind a module waiting in a host call"
+    );
+    server.stop().await
+}
+
 #[tokio::test]
 async fn a_static_edit_goes_live_while_a_looping_module_is_refused() -> Result<()> {
     let (site, server) = start_with(

@@ -64,9 +64,13 @@ pub(crate) enum GuestError {
         TRIAL_WAIT.as_secs()
     )]
     NoSlotToTry,
-    /// The guest trapped, timed out or failed while starting.
+    /// The guest trapped, ran out of time or failed while starting.
     #[error("{0:#}")]
     Failed(wasmtime::Error),
+    /// Starting (start functions, `_initialize`, a component's own start)
+    /// waited in a host call past the servlet's `timeout` and its grace.
+    #[error("starting did not finish within the servlet's timeout ({} ms) and 500 ms more for a host call", .0.as_millis())]
+    TimedOut(std::time::Duration),
 }
 
 /// How long a servlet's trial instance at load waits for a free instance

@@ -301,11 +301,18 @@ impl Guest for ComponentGuest {
         });
         store.data_mut().deadline = Deadline::after(self.info.limits.timeout);
         store.set_epoch_deadline(1);
-        let handler = match &self.pre {
-            Pre::P2(pre) => pre.instantiate_async(&mut store).await.map(Handler::P2),
-            #[cfg(feature = "p3")]
-            Pre::P3(pre) => pre.instantiate_async(&mut store).await.map(Handler::P3),
+        // A start that waits in a host call is held to the wall clock too.
+        let limits = &self.info.limits;
+        let start = async {
+            match &self.pre {
+                Pre::P2(pre) => pre.instantiate_async(&mut store).await.map(Handler::P2),
+                #[cfg(feature = "p3")]
+                Pre::P3(pre) => pre.instantiate_async(&mut store).await.map(Handler::P3),
+            }
         };
+        let handler = tokio::time::timeout(limits.timeout + HOST_CALL_GRACE, start)
+            .await
+            .map_err(|_| GuestError::TimedOut(limits.timeout))?;
         let handler = match handler {
             Ok(h) => h,
             Err(e) if e.is::<wasmtime::PoolConcurrencyLimitError>() => {

@@ -172,13 +172,16 @@ pub(crate) fn load(
                 .map_err(GuestError::Failed)?;
             // The probe runs under the servlet's deadline, like everything
             // a guest does.
-            ready.store.data_mut().deadline =
-                crate::servlet::deadline::Deadline::after(guest.info.limits.timeout);
+            let limit = guest.info.limits.timeout;
+            ready.store.data_mut().deadline = crate::servlet::deadline::Deadline::after(limit);
             ready.store.set_epoch_deadline(1);
-            version
-                .call_async(&mut ready.store, ())
-                .await
-                .map_err(GuestError::Failed)
+            tokio::time::timeout(
+                limit + super::HOST_CALL_GRACE,
+                version.call_async(&mut ready.store, ()),
+            )
+            .await
+            .map_err(|_| GuestError::TimedOut(limit))?
+            .map_err(GuestError::Failed)
         })
     };
     let found = match trial {

@@ -37,7 +37,7 @@ use host::{Host, RequestData, ResponseData};
 
 /// Extra time, past its own deadline, that a servlet blocked in a host call
 /// (which epochs cannot interrupt) gets before its request is abandoned.
-const HOST_CALL_GRACE: Duration = Duration::from_millis(500);
+pub(super) const HOST_CALL_GRACE: Duration = Duration::from_millis(500);
 
 /// What native guests may import, per compiler tier.
 pub(crate) struct Linkers(PerTier<Linker<Host>>);
@@ -143,21 +143,28 @@ impl Guest for NativeGuest {
             ))
         });
         // Start functions and `_initialize` run under the same deadline as
-        // a request.
+        // a request, and the same wall clock for a host call that waits.
         store.data_mut().deadline = Deadline::after(self.info.limits.timeout);
         store.set_epoch_deadline(1);
-        let instance = match self.pre.instantiate_async(&mut store).await {
-            Ok(i) => i,
-            Err(e) if e.is::<wasmtime::PoolConcurrencyLimitError>() => {
-                return Err(GuestError::PoolFull);
+        let limits = &self.info.limits;
+        let start = async {
+            let instance = match self.pre.instantiate_async(&mut store).await {
+                Ok(i) => i,
+                Err(e) if e.is::<wasmtime::PoolConcurrencyLimitError>() => {
+                    return Err(GuestError::PoolFull);
+                }
+                Err(e) => return Err(GuestError::Failed(e)),
+            };
+            if let Ok(init) = instance.get_typed_func::<(), ()>(&mut store, "_initialize") {
+                init.call_async(&mut store, ())
+                    .await
+                    .map_err(GuestError::Failed)?;
             }
-            Err(e) => return Err(GuestError::Failed(e)),
+            Ok(instance)
         };
-        if let Ok(init) = instance.get_typed_func::<(), ()>(&mut store, "_initialize") {
-            init.call_async(&mut store, ())
-                .await
-                .map_err(GuestError::Failed)?;
-        }
+        let instance = tokio::time::timeout(limits.timeout + HOST_CALL_GRACE, start)
+            .await
+            .map_err(|_| GuestError::TimedOut(limits.timeout))??;
         Ok(NativeInstance {
             store,
             instance,
