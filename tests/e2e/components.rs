@@ -3,7 +3,7 @@
 //! outbound HTTP under the route's rules. The guest that misbehaves on
 //! request is `tests/guests/faults-component` (Rust, built from source).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use bytes::Bytes;
@@ -727,5 +727,77 @@ async fn a_route_whose_servlet_is_refused_does_not_fall_open_to_files() -> Resul
         assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{path}");
         assert!(!r.text().contains("not for you"), "{path}");
     }
+    Ok(())
+}
+
+/// `max_memory` holds for all of a component's memories together: here
+/// four core modules of one component each grow a memory of their own by
+/// 12 MiB (under a 32 MiB cap each would fit), then the handler spins. The
+/// third growth traps (500 at once); before, every growth succeeded and
+/// the request ran to its timeout (504), the instance holding 48 MiB.
+#[tokio::test]
+async fn max_memory_holds_for_all_of_a_components_memories_together() -> Result<()> {
+    let grower = wat_component(
+        r#"(component
+  (import "wasi:http/types@0.2.0" (instance $types
+     (export "incoming-request" (type (sub resource)))
+     (export "response-outparam" (type (sub resource)))))
+  (alias export $types "incoming-request" (type $req))
+  (alias export $types "response-outparam" (type $out))
+  (core module $filler
+     (memory 1)
+     (func (export "fill") (result i32)
+        (if (i32.lt_s (memory.grow (i32.const 192)) (i32.const 0)) (then unreachable))
+        (memory.fill (i32.const 0) (i32.const 7) (i32.const 12582912))
+        (i32.load8_u (i32.const 12582911))))
+  (core instance $f1 (instantiate $filler))
+  (core instance $f2 (instantiate $filler))
+  (core instance $f3 (instantiate $filler))
+  (core instance $f4 (instantiate $filler))
+  (core module $main
+     (import "f1" "fill" (func $a (result i32)))
+     (import "f2" "fill" (func $b (result i32)))
+     (import "f3" "fill" (func $c (result i32)))
+     (import "f4" "fill" (func $d (result i32)))
+     (memory (export "memory") 1)
+     (func (export "handle") (param i32 i32)
+        (drop (call $a)) (drop (call $b)) (drop (call $c)) (drop (call $d))
+        (loop $l (br $l))))
+  (core instance $m (instantiate $main
+     (with "f1" (instance $f1)) (with "f2" (instance $f2))
+     (with "f3" (instance $f3)) (with "f4" (instance $f4))))
+  (func $h (param "request" (own $req)) (param "response-out" (own $out))
+     (canon lift (core func $m "handle")))
+  (instance $inst (export "handle" (func $h)))
+  (export "wasi:http/incoming-handler@0.2.0" (instance $inst)))"#,
+    )?;
+    let (site, server) = start("max_memory = \"32 MiB\"\ntimeout = \"3s\"\n").await?;
+    site.file("servlets/grow.wasm", grower)?;
+    assert!(
+        eventually(WAIT, || async {
+            server
+                .get("/grow")
+                .await
+                .is_ok_and(|r| r.status != StatusCode::NOT_FOUND)
+        })
+        .await,
+        "never loaded"
+    );
+    for _ in 0..3 {
+        let started = Instant::now();
+        let r = server.get("/grow").await?;
+        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", r.text());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    let (traps, timeouts, _) = component_checks::failures_at(&server, "/grow");
+    assert!(
+        traps >= 3 && timeouts == 0,
+        "traps {traps}, timeouts {timeouts}"
+    );
+    assert_eq!(server.get("/f/ok").await?.text(), "ok");
     Ok(())
 }

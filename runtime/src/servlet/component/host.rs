@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use wasmtime::StoreLimitsBuilder;
 use wasmtime::component::ResourceTable;
-use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_config::{WasiConfig, WasiConfigVariables};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
@@ -41,7 +41,7 @@ pub(crate) struct ComponentHost {
     pub(crate) config: Arc<WasiConfigVariables>,
     /// The key-value stores the route may open, counted per request.
     pub(crate) kv: StoreAccess,
-    pub(crate) limits: StoreLimits,
+    pub(crate) limits: super::memory::ComponentLimits,
     pub(crate) info: Arc<ServletInfo>,
     /// When the current request (or instantiation) must stop.
     pub(crate) deadline: Deadline,
@@ -74,13 +74,16 @@ impl ComponentHost {
             .stderr(stderr.clone())
             .envs(&info.settings)
             .build();
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(info.limits.max_memory as usize)
+        let max_memory = info.limits.max_memory as usize;
+        let each = StoreLimitsBuilder::new()
+            .memory_size(max_memory)
             .instances(MAX_CORE_INSTANCES)
             .memories(MAX_MEMORIES)
             .tables(MAX_TABLES)
             .trap_on_grow_failure(true)
             .build();
+        // `max_memory` holds for all of the component's memories together.
+        let limits = super::memory::ComponentLimits::new(each, max_memory);
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_RESOURCES);
         ComponentHost {

@@ -19,6 +19,7 @@ mod failure;
 mod host;
 mod keyvalue;
 mod linkers;
+mod memory;
 mod p3;
 #[cfg(feature = "p3")]
 mod p3_serve;
