@@ -1,14 +1,22 @@
-//! A file's size and modification time: how reloads tell a changed file
-//! from an unchanged one without reading it.
+//! What a file looks like from its metadata: how reloads tell a changed
+//! file from an unchanged one without reading it.
 
 use std::path::Path;
 use std::time::UNIX_EPOCH;
 
-/// Size and modification time (nanoseconds since the epoch) of a file.
+/// Size, modification time (nanoseconds since the epoch), and which file
+/// it is (device, inode) with its change time. Size and modification time
+/// alone miss a file replaced by one with the same of both (`cp -p`,
+/// `tar x`, `rsync -a`, builds with `SOURCE_DATE_EPOCH`): a rename over it
+/// is another inode, and a write in place moves the change time, which no
+/// one can set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub(crate) struct FileStamp {
     pub(crate) len: u64,
     pub(crate) mtime_ns: u128,
+    dev: u64,
+    ino: u64,
+    ctime_ns: i128,
 }
 
 impl FileStamp {
@@ -21,6 +29,7 @@ impl FileStamp {
 
     /// The stamp from already read metadata.
     pub(crate) fn from_meta(meta: &std::fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
         let mtime_ns = meta
             .modified()
             .ok()
@@ -29,6 +38,9 @@ impl FileStamp {
         FileStamp {
             len: meta.len(),
             mtime_ns,
+            dev: meta.dev(),
+            ino: meta.ino(),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
         }
     }
 }

@@ -233,6 +233,38 @@ async fn a_streamed_file_replaced_by_a_link_out_of_the_root_is_not_followed() ->
     Ok(())
 }
 
+/// The same for a folder on the way replaced by a link out of the root,
+/// and for a streamed file replaced by a FIFO: a FIFO's open would wait
+/// for a writer for good (the request, its connection, a blocking thread,
+/// and the process at its stop); it is a 404 at once.
+#[tokio::test]
+async fn a_folder_replaced_by_a_link_out_or_a_file_by_a_fifo_is_not_served() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/sub/f.bin", vec![b'a'; 2 << 20])?;
+    site.file("www/big.bin", vec![b'b'; 2 << 20])?;
+    site.file("outside/f.bin", vec![b'O'; 2 << 20])?;
+    let config =
+        site.config("[[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"1 MiB\"\n")?;
+    // Not watched: the swaps are in place while the old entries are cached.
+    let server = TestServer::start(config).await?;
+    assert_eq!(server.get("/sub/f.bin").await?.body.len(), 2 << 20);
+    assert_eq!(server.get("/big.bin").await?.body.len(), 2 << 20);
+    std::fs::rename(site.path().join("www/sub"), site.path().join("sub.away"))?;
+    symlink(site.path().join("outside"), site.path().join("www/sub"))?;
+    let r = server.get("/sub/f.bin").await?;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert!(!r.body.contains(&b'O'));
+    std::fs::remove_file(site.path().join("www/big.bin"))?;
+    let made = std::process::Command::new("mkfifo")
+        .arg(site.path().join("www/big.bin"))
+        .status()?;
+    assert!(made.success());
+    let r = tokio::time::timeout(Duration::from_secs(5), server.get("/big.bin")).await??;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    server.stop().await
+}
+
 #[tokio::test]
 async fn link_loops_and_links_to_parents_do_not_hang_or_escape() -> Result<()> {
     swan_tests::init_logs();

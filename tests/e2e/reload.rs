@@ -107,6 +107,46 @@ async fn editor_save_patterns_end_in_the_right_content() -> Result<()> {
     Ok(())
 }
 
+/// Writes `text` to `path` with the modification time every version of
+/// it has (`cp -p`, `tar x`, builds with `SOURCE_DATE_EPOCH`).
+fn write_dated(path: &std::path::Path, text: &str) -> Result<()> {
+    std::fs::write(path, text)?;
+    let when = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(path)?
+        .set_modified(when)?;
+    Ok(())
+}
+
+/// A file replaced by one of the same size and modification time, renamed
+/// over it or written in place, cached or streamed: the new content goes
+/// live. Before, size and modification time alone said "unchanged" and the
+/// old content was served until a restart.
+#[tokio::test]
+async fn a_file_replaced_by_one_of_the_same_size_and_date_goes_live() -> Result<()> {
+    let site = TestSite::new()?;
+    let www = site.path().join("www");
+    std::fs::create_dir_all(&www)?;
+    let big = |c: char| c.to_string().repeat(2 << 20);
+    write_dated(&www.join("rep.txt"), "version-AAAA")?;
+    write_dated(&www.join("big.txt"), &big('A'))?;
+    let server = start(&site, "[site.cache]\nmax_file_size = \"1 MiB\"\n").await?;
+    assert!(text_is(&server, "/rep.txt", "version-AAAA").await);
+    // Renamed over.
+    write_dated(&www.join(".rep.new"), "version-BBBB")?;
+    std::fs::rename(www.join(".rep.new"), www.join("rep.txt"))?;
+    write_dated(&www.join(".big.new"), &big('B'))?;
+    std::fs::rename(www.join(".big.new"), www.join("big.txt"))?;
+    assert!(eventually(WAIT, || text_is(&server, "/rep.txt", "version-BBBB")).await);
+    let b = big('B');
+    assert!(eventually(WAIT, || text_is(&server, "/big.txt", &b)).await);
+    // Written in place, the date put back.
+    write_dated(&www.join("rep.txt"), "version-CCCC")?;
+    assert!(eventually(WAIT, || text_is(&server, "/rep.txt", "version-CCCC")).await);
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_servlet_replaced_50_times_under_load_never_fails_a_request() -> Result<()> {
     let site = TestSite::new()?;

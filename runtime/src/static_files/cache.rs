@@ -95,8 +95,11 @@ pub struct CachedFile {
 pub struct DiskFile {
     /// Validator and headers.
     pub rep: Representation,
-    /// Where it is.
+    /// Where it is (resolved: no link in it).
     pub path: PathBuf,
+    /// The site's root (resolved), which `path` must stay beneath when
+    /// it is opened.
+    pub root: Arc<Path>,
     /// Last modification, whole seconds.
     pub modified: SystemTime,
     /// Its precompressed `.br` sibling, held in memory when it fits.
@@ -412,6 +415,7 @@ impl Loader<'_> {
             let file = DiskFile {
                 rep,
                 path: path.to_path_buf(),
+                root: Arc::from(self.root),
                 modified,
                 brotli,
                 gzip,
@@ -420,7 +424,7 @@ impl Loader<'_> {
             self.add_streamed(key, Arc::new(file));
             return Ok(());
         }
-        let data = Bytes::from(std::fs::read(path)?);
+        let data = Bytes::from(super::open::read_regular(path)?);
         let hash = content_hash(&data);
         let tag = format!("{hash:016x}");
         let from = Compress::From(&data);
@@ -523,7 +527,7 @@ impl Loader<'_> {
         if !meta.is_file() || meta.len() > self.site.cache.max_file_size || meta.len() > room {
             return None;
         }
-        std::fs::read(&real).ok()
+        super::open::read_regular(&real).ok()
     }
 
     fn representation(

@@ -3,6 +3,7 @@
 //! - `cache`: loading a root into memory, precomputing headers and variants;
 //! - `compress`: load-time gzip/brotli and `Accept-Encoding` parsing;
 //! - `headers`: content types, validators and dates;
+//! - `open`: opening files that may have changed since they were loaded;
 //! - `respond`: conditional requests, ranges, folders.
 //!
 //! Request paths arrive normalised (`request::path`).
@@ -10,6 +11,7 @@
 mod cache;
 mod compress;
 mod headers;
+mod open;
 mod progress;
 mod respond;
 

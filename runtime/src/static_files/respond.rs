@@ -119,7 +119,7 @@ async fn from_disk<B>(
         })?),
         Err(_) => None,
     };
-    let opened = open_no_follow(&file.path).await.map_err(|e| {
+    let opened = open_file(file).await.map_err(|e| {
         let answer = open_failure(&e);
         if !matches!(answer, RequestError::NotFound) && once_a_second() {
             tracing::warn!(file = %file.path.display(), error = %e, status = answer.status().as_u16(), "cannot open a streamed file (said at most once a second)");
@@ -212,7 +212,12 @@ fn once_a_second() -> bool {
 fn open_failure(e: &std::io::Error) -> RequestError {
     use rustix::io::Errno;
     let is = |errno: Errno| e.raw_os_error() == Some(errno.raw_os_error());
-    if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) || is(Errno::LOOP) {
+    // LOOP: a link where none is followed; XDEV: a path leading out of
+    // the root.
+    if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory)
+        || is(Errno::LOOP)
+        || is(Errno::XDEV)
+    {
         RequestError::NotFound
     } else if is(Errno::MFILE) || is(Errno::NFILE) || is(Errno::NOMEM) {
         RequestError::Unavailable("no file descriptor left")
@@ -255,16 +260,14 @@ impl DiskFile {
     }
 }
 
-/// Opens a file for reading without following a link in its last
-/// component: a file replaced by a link since it was loaded (perhaps to
-/// something outside the root) is not served.
-async fn open_no_follow(path: &std::path::Path) -> std::io::Result<tokio::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut options = std::fs::OpenOptions::new();
-    options
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
-    tokio::fs::OpenOptions::from(options).open(path).await
+/// Opens a streamed file for reading as it is now (`open::beneath`: no
+/// link out of the root, none in the last component, no wait on a FIFO).
+async fn open_file(file: &DiskFile) -> std::io::Result<tokio::fs::File> {
+    let (root, path) = (file.root.clone(), file.path.clone());
+    let opened = tokio::task::spawn_blocking(move || super::open::beneath(&root, &path))
+        .await
+        .map_err(std::io::Error::other)??;
+    Ok(tokio::fs::File::from_std(opened))
 }
 
 /// The compressed variant the client accepts, brotli first; `None` for
