@@ -1254,3 +1254,71 @@ fn prewarmed_instances_come_back_after_other_servlets_took_every_slot() {
     assert_eq!(settles_at(3.0), Some(3.0), "refilled to prewarm");
     stop(s.child);
 }
+
+/// `/chatty`: logs a line that tries to forge a server log line (a newline,
+/// a timestamp, a CR, a NUL), then 5,000 one-byte lines and 5,000 empty
+/// ones.
+const CHATTY: &str = r#"(module
+  (import "swan" "log" (func $log (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "x")
+  (data (i32.const 16) "hello\n2026-12-02T00:00:00.000000Z ERROR swan: forged\rhidden\00end")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (local $n i32)
+    (call $log (i32.const 1) (i32.const 16) (i32.const 67))
+    (loop $l
+      (call $log (i32.const 1) (i32.const 0) (i32.const 1))
+      (call $log (i32.const 1) (i32.const 0) (i32.const 0))
+      (local.set $n (i32.add (local.get $n) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $n) (i32.const 5000))))
+    i32.const 0))"#;
+
+/// A guest's log lines are capped per request in lines as in bytes (each
+/// costs its text and 64 bytes, so at most about a thousand), empty ones
+/// are not logged, and a guest cannot forge a server log line: its text
+/// is split at newlines and its control characters escaped. Before, 5,000
+/// calls wrote 5,000 lines (200,000 empty ones as many), and the forged
+/// line stood alone with its own timestamp.
+#[test]
+fn guest_log_lines_are_capped_in_number_and_cannot_forge_server_lines() {
+    let dir = with_servlets(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[log]\naccess = \"stdout\"\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
+    );
+    std::fs::write(
+        dir.path().join("servlets/chatty.wasm"),
+        wat::parse_str(CHATTY).expect("chatty"),
+    )
+    .expect("chatty");
+    let (child, public, lines) = serve_logging_to_stdout(dir.path());
+    assert_eq!(status_of(&get(&public, "/chatty")), 200);
+    let mut chatty = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains("chatty") => chatty.push(line),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    assert!(
+        (900..=1100).contains(&chatty.len()),
+        "{} lines logged",
+        chatty.len()
+    );
+    assert!(
+        chatty
+            .iter()
+            .all(|l| !l.starts_with("2026-12-02T00:00:00") && !l.contains(['\r', '\0'])),
+        "{:?}",
+        &chatty[..3.min(chatty.len())]
+    );
+    assert!(
+        chatty
+            .iter()
+            .any(|l| l.contains("forged\\u{d}hidden\\u{0}end")),
+        "{:?}",
+        &chatty[..3.min(chatty.len())]
+    );
+    stop(child);
+}

@@ -20,6 +20,33 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 /// Bytes of stdout and of stderr kept per request for the log.
 pub(crate) const OUTPUT_CAPTURE_BYTES: usize = 64 << 10;
 
+/// What a log line costs against [`OUTPUT_CAPTURE_BYTES`] beyond its own
+/// text (the log's own fields): at most 1,024 lines a request however
+/// short, not 65,536 of one byte.
+pub(crate) const LINE_COST: usize = 64;
+
+/// The lines of a guest's `text` as they may be logged: the empty ones
+/// left out, control characters (CR, NUL, ESC...) escaped, so that a guest
+/// can neither forge a line of the server's log nor hide one.
+pub(crate) fn log_lines(text: &[u8]) -> impl Iterator<Item = String> + '_ {
+    text.split(|&b| b == b'\n').filter_map(|line| {
+        let line = String::from_utf8_lossy(line);
+        let line = line.trim_end_matches('\r');
+        if line.is_empty() {
+            return None;
+        }
+        let mut out = String::with_capacity(line.len());
+        for c in line.chars() {
+            if c.is_control() && c != '\t' {
+                out.extend(c.escape_unicode());
+            } else {
+                out.push(c);
+            }
+        }
+        Some(out)
+    })
+}
+
 /// One output stream of a guest instance.
 #[derive(Clone, Default)]
 pub(crate) struct GuestOutput(Arc<Mutex<Captured>>);
@@ -54,11 +81,14 @@ impl GuestOutput {
 
     /// Logs what was written since the last call, a line per event.
     pub(crate) fn log(&self, servlet: &str, request_id: &str, stream: &'static str) {
-        let (text, dropped) = self.take();
-        for line in String::from_utf8_lossy(&text)
-            .lines()
-            .filter(|l| !l.is_empty())
-        {
+        let (text, mut dropped) = self.take();
+        let mut spent = 0;
+        for line in log_lines(&text) {
+            spent += line.len() + LINE_COST;
+            if spent > OUTPUT_CAPTURE_BYTES {
+                dropped += line.len();
+                continue;
+            }
             if stream == "stderr" {
                 tracing::warn!(%servlet, %request_id, stream, "{line}");
             } else {

@@ -13,7 +13,7 @@ use wasmtime::{Caller, Linker};
 use super::host::Host;
 use super::memory::{AbiFault, copy_out, memory, read_bytes};
 use crate::servlet::guest::HEADER_SET_LIMIT;
-use crate::servlet::output::OUTPUT_CAPTURE_BYTES;
+use crate::servlet::output::{LINE_COST, OUTPUT_CAPTURE_BYTES, log_lines};
 
 /// The ABI version this host implements.
 pub const ABI_VERSION: i32 = 1;
@@ -210,19 +210,23 @@ fn log(mut caller: Caller<'_, Host>, level: i32, ptr: i32, len: i32) -> wasmtime
     let memory = memory(&mut caller)?;
     let (mem, host) = memory.data_and_store_mut(&mut caller);
     let bytes = read_bytes(mem, ptr, len)?;
-    // Capped per request like the guest's stdout and stderr.
-    if host.logged + bytes.len() > OUTPUT_CAPTURE_BYTES {
-        host.log_dropped += bytes.len();
-        return Ok(());
-    }
-    host.logged += bytes.len();
-    let text = String::from_utf8_lossy(bytes);
+    // Capped per request like the guest's stdout and stderr, each line
+    // costing its text and `LINE_COST`; a line at a time, control
+    // characters escaped.
     let (servlet, id) = (&host.info.name, &host.request.request_id);
-    match level {
-        0 => tracing::error!(%servlet, request_id = %id, "{text}"),
-        1 => tracing::warn!(%servlet, request_id = %id, "{text}"),
-        2 => tracing::info!(%servlet, request_id = %id, "{text}"),
-        _ => tracing::debug!(%servlet, request_id = %id, "{text}"),
+    for text in log_lines(bytes) {
+        let cost = text.len() + LINE_COST;
+        if host.logged + cost > OUTPUT_CAPTURE_BYTES {
+            host.log_dropped += text.len();
+            continue;
+        }
+        host.logged += cost;
+        match level {
+            0 => tracing::error!(%servlet, request_id = %id, "{text}"),
+            1 => tracing::warn!(%servlet, request_id = %id, "{text}"),
+            2 => tracing::info!(%servlet, request_id = %id, "{text}"),
+            _ => tracing::debug!(%servlet, request_id = %id, "{text}"),
+        }
     }
     Ok(())
 }
