@@ -920,12 +920,25 @@ async fn batch_operations(server: &TestServer) -> Result<()> {
         op("op=many&keys=b:1,b:2,b:3").await?,
         "b:1=absent,b:2=absent,b:3=x"
     );
-    // A batch counts one operation per key.
+    // A batch counts one operation per key: 20 fit the limit of 20 (the
+    // batch call itself is not one more), 25 do not, and the refusal is
+    // in the store's metrics.
+    let limited = || {
+        let loader = server.app().loader.clone();
+        loader
+            .and_then(|l| l.stores().get("default").map(|s| s.stats().limited.get()))
+            .unwrap_or_default()
+    };
+    let before = limited();
+    let keys: Vec<String> = (0..20).map(|i| format!("b:{i}")).collect();
+    let answer = op(&format!("op=many&keys={}", keys.join(","))).await?;
+    assert!(answer.starts_with("b:0="), "{answer}");
     let keys: Vec<String> = (0..25).map(|i| format!("b:{i}")).collect();
     assert_eq!(
         op(&format!("op=many&keys={}", keys.join(","))).await?,
         "err:Limit"
     );
+    assert_eq!(limited(), before + 1);
     // Past a limit nothing of a batch is written or deleted: too many
     // keys, or one value too large.
     let over: Vec<String> = (0..25).map(|i| format!("over:{i}")).collect();
@@ -1011,5 +1024,123 @@ async fn the_assemblyscript_example_counts_visits_through_the_raw_abi() -> Resul
     let r = server.get("/denied/visits").await?;
     assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(r.text(), "store error -2\n");
+    Ok(())
+}
+
+/// Native guests for the ABI's edges: `badout` increments `n` with its
+/// result to go past the end of memory (a trap); `read` answers `n`;
+/// `keep` opens `default` once and keeps the handle in a global for the
+/// instance's later requests; `exit` answers how many requests its
+/// instance served, and exits (`proc_exit(0)`) after its first.
+const ABI_EDGES: [(&str, &str); 5] = [
+    (
+        "two",
+        r#"(local $d i32) (local $i i32)
+           (local.set $d (call $open (i32.const 0) (i32.const 7)))
+           (loop $l
+             (drop (call $incr (local.get $d) (i32.const 17) (i32.const 1) (i64.const 1) (i32.const 256)))
+             (local.set $i (i32.add (local.get $i) (i32.const 1)))
+             (br_if $l (i32.lt_u (local.get $i) (i32.const 5))))
+           (if (i32.lt_s (call $incr (call $open (i32.const 64) (i32.const 5)) (i32.const 17) (i32.const 1) (i64.const 1) (i32.const 256)) (i32.const 0))
+             (then (drop (call $write (i32.const 48) (i32.const 3))))
+             (else (drop (call $write (i32.const 56) (i32.const 4)))))
+           i32.const 0"#,
+    ),
+    (
+        "badout",
+        r#"(i32.store (i32.const 96) (call $open (i32.const 0) (i32.const 7)))
+           (drop (call $incr (i32.load (i32.const 96)) (i32.const 16) (i32.const 1) (i64.const 1) (i32.const 65532)))
+           i32.const 0"#,
+    ),
+    (
+        "read",
+        r#"(local $n i32)
+           (local.set $n (call $get (call $open (i32.const 0) (i32.const 7)) (i32.const 16) (i32.const 1) (i32.const 128) (i32.const 32)))
+           (if (i32.lt_s (local.get $n) (i32.const 0))
+             (then (drop (call $write (i32.const 32) (i32.const 6))))
+             (else (drop (call $write (i32.const 128) (local.get $n)))))
+           i32.const 0"#,
+    ),
+    (
+        "keep",
+        r#"(if (i32.lt_s (global.get $h) (i32.const 0))
+             (then
+               (global.set $h (call $open (i32.const 0) (i32.const 7)))
+               (drop (call $write (i32.const 40) (i32.const 6))))
+             (else
+               (if (i32.lt_s (call $incr (global.get $h) (i32.const 17) (i32.const 1) (i64.const 1) (i32.const 256)) (i32.const 0))
+                 (then (drop (call $write (i32.const 48) (i32.const 3))))
+                 (else (drop (call $write (i32.const 56) (i32.const 4)))))))
+           i32.const 0"#,
+    ),
+    (
+        "exit",
+        r#"(global.set $served (i32.add (global.get $served) (i32.const 1)))
+           (i32.store8 (i32.const 300) (i32.add (i32.const 48) (global.get $served)))
+           (drop (call $write (i32.const 300) (i32.const 1)))
+           (if (i32.eq (global.get $served) (i32.const 1)) (then (call $exit (i32.const 0))))
+           i32.const 0"#,
+    ),
+];
+
+fn abi_edge(body: &str) -> Result<Vec<u8>> {
+    Ok(wat::parse_str(format!(
+        r#"(module
+  (import "swan" "kv_open" (func $open (param i32 i32) (result i32)))
+  (import "swan" "kv_get" (func $get (param i32 i32 i32 i32 i32) (result i32)))
+  (import "swan" "kv_increment" (func $incr (param i32 i32 i32 i64 i32) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (global $h (mut i32) (i32.const -1))
+  (global $served (mut i32) (i32.const 0))
+  (data (i32.const 0) "default")
+  (data (i32.const 16) "nk")
+  (data (i32.const 32) "absent")
+  (data (i32.const 40) "opened")
+  (data (i32.const 48) "bad")
+  (data (i32.const 56) "kept")
+  (data (i32.const 64) "small")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) {body}))"#
+    ))?)
+}
+
+/// A store call whose result cannot be written (a trap) changes nothing;
+/// a store handle lasts as long as its instance (ABI.md), so a reused
+/// instance may keep one; an instance that called `proc_exit(0)` answered,
+/// but is never reused (its stack was unwound partway). Operations count
+/// against each store's own per-request limit, not a total over stores.
+#[tokio::test]
+async fn native_abi_edges_of_stores_and_exits() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    for (name, body) in ABI_EDGES {
+        site.file(&format!("servlets/{name}.wasm"), abi_edge(body)?)?;
+    }
+    let config = site.config(
+        "[server]\nmax_instances = 16\n\
+         [[store]]\nname = \"default\"\nkind = \"embedded\"\n\
+         [[store]]\nname = \"small\"\nkind = \"embedded\"\nmax_ops_per_request = 3\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n\
+         [site.servlet]\nprewarm = 0\nreuse = 4\nmax_concurrency = 1\nstores = [\"default\", \"small\"]\n",
+    )?;
+    let server = TestServer::start(config).await?;
+    for _ in 0..3 {
+        let r = server.get("/badout").await?;
+        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    assert_eq!(server.get("/read").await?.text(), "absent");
+    assert_eq!(server.get("/keep").await?.text(), "opened");
+    assert_eq!(server.get("/keep").await?.text(), "kept");
+    assert_eq!(server.get("/exit").await?.text(), "1");
+    assert_eq!(
+        server.get("/exit").await?.text(),
+        "1",
+        "an exited instance served again"
+    );
+    // Five operations on `default` leave `small` (3 a request) its own.
+    assert_eq!(server.get("/two").await?.text(), "kept");
     Ok(())
 }

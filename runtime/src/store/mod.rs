@@ -158,8 +158,14 @@ impl Store {
     /// Whether `key` (and `value`) fit the store's limits: a batch checks
     /// every entry before it writes any.
     pub fn check_sizes(&self, key: &str, value: Option<&[u8]>) -> Result<(), StoreError> {
-        self.check_key(key)?;
-        value.map_or(Ok(()), |v| self.check_value(v))
+        let checked = self
+            .check_key(key)
+            .and_then(|()| value.map_or(Ok(()), |v| self.check_value(v)));
+        if checked.is_err() {
+            // The batch call it refuses counts, as one refused operation.
+            return self.tally(checked);
+        }
+        Ok(())
     }
 
     fn check_key(&self, key: &str) -> Result<(), StoreError> {
@@ -368,7 +374,9 @@ impl Stores {
 pub struct StoreAccess {
     stores: Arc<Stores>,
     allowed: Arc<[String]>,
-    ops: u64,
+    /// Operations of this request, per store (by address; a route lists
+    /// few).
+    ops: Vec<(usize, u64)>,
     /// Whether a call of this request found a store unavailable (a servlet
     /// that then fails gives 503, not 500).
     pub saw_unavailable: bool,
@@ -380,14 +388,14 @@ impl StoreAccess {
         StoreAccess {
             stores,
             allowed: allowed.into(),
-            ops: 0,
+            ops: Vec::new(),
             saw_unavailable: false,
         }
     }
 
     /// A new request starts: the counters start again.
     pub fn reset(&mut self) {
-        self.ops = 0;
+        self.ops.clear();
         self.saw_unavailable = false;
     }
 
@@ -404,25 +412,29 @@ impl StoreAccess {
 
     /// Counts one operation on `store` against its per-request limit.
     pub fn count(&mut self, store: &Store) -> Result<(), StoreError> {
-        self.ops += 1;
-        if self.ops > store.limits.max_ops_per_request {
-            return Err(StoreError::Limit(
-                "too many store operations in this request",
-            ));
-        }
-        Ok(())
+        self.count_many(store, 1)
     }
 
-    /// Counts `n` operations at once (a batch): all of them fit the
-    /// per-request limit, or none is counted.
+    /// Counts `n` operations at once (a batch) against the store's own
+    /// per-request limit: all of them fit, or none is counted (and the
+    /// refusal is, in the store's metrics).
     pub fn count_many(&mut self, store: &Store, n: usize) -> Result<(), StoreError> {
         let n = u64::try_from(n).unwrap_or(u64::MAX);
-        if self.ops.saturating_add(n) > store.limits.max_ops_per_request {
-            return Err(StoreError::Limit(
+        let at = std::ptr::from_ref(store) as usize;
+        let i = match self.ops.iter().position(|(s, _)| *s == at) {
+            Some(i) => i,
+            None => {
+                self.ops.push((at, 0));
+                self.ops.len() - 1
+            }
+        };
+        let ops = &mut self.ops[i].1;
+        if ops.saturating_add(n) > store.limits.max_ops_per_request {
+            return store.tally(Err(StoreError::Limit(
                 "too many store operations in this request",
-            ));
+            )));
         }
-        self.ops += n;
+        *ops += n;
         Ok(())
     }
 

@@ -74,14 +74,20 @@ impl KeyValue<'_> {
         entries.try_for_each(|(key, value)| store.check_sizes(key, value))
     }
 
+    /// The bucket's store, its call counted as one operation.
     fn bucket(&mut self, bucket: &Resource<Bucket>) -> Result<Arc<Store>, StoreError> {
-        let store = self
-            .table
-            .get(bucket)
-            .map(|b| b.store.clone())
-            .map_err(|e| StoreError::Other(e.to_string()))?;
+        let store = self.store_of(bucket)?;
         self.access.count(&store)?;
         Ok(store)
+    }
+
+    /// The bucket's store, uncounted: a batch counts one per key
+    /// (`admit`).
+    fn store_of(&self, bucket: &Resource<Bucket>) -> Result<Arc<Store>, StoreError> {
+        self.table
+            .get(bucket)
+            .map(|b| b.store.clone())
+            .map_err(|e| StoreError::Other(e.to_string()))
     }
 }
 
@@ -180,7 +186,7 @@ impl batch::Host for KeyValue<'_> {
         bucket: Resource<Bucket>,
         keys: Vec<String>,
     ) -> Result<Vec<Option<(String, Vec<u8>)>>, StoreError> {
-        let store = self.bucket(&bucket)?;
+        let store = self.store_of(&bucket)?;
         self.admit(&store, keys.iter().map(|k| (k.as_str(), None)))?;
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
@@ -196,7 +202,7 @@ impl batch::Host for KeyValue<'_> {
         bucket: Resource<Bucket>,
         key_values: Vec<(String, Vec<u8>)>,
     ) -> Result<(), StoreError> {
-        let store = self.bucket(&bucket)?;
+        let store = self.store_of(&bucket)?;
         let entries = key_values
             .iter()
             .map(|(k, v)| (k.as_str(), Some(v.as_slice())));
@@ -213,7 +219,7 @@ impl batch::Host for KeyValue<'_> {
         bucket: Resource<Bucket>,
         keys: Vec<String>,
     ) -> Result<(), StoreError> {
-        let store = self.bucket(&bucket)?;
+        let store = self.store_of(&bucket)?;
         self.admit(&store, keys.iter().map(|k| (k.as_str(), None)))?;
         for key in keys {
             let r = store.delete(&key).await.map(|_| ());

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use wasmtime::{Caller, Linker};
 
 use super::host::Host;
-use super::memory::{copy_out, memory, read_bytes};
+use super::memory::{copy_out, memory, range, read_bytes};
 use crate::store::{Store, StoreError};
 use std::sync::Arc;
 
@@ -247,6 +247,10 @@ async fn kv_increment(
     delta: i64,
     out: i32,
 ) -> wasmtime::Result<i32> {
+    // Where the new value goes is checked first: a request that traps on
+    // it must not have counted.
+    let size = memory(&mut caller)?.data_size(&caller);
+    range(out, 8, size)?;
     let (store, key) = match prepare(&mut caller, handle, key, key_len)? {
         Ok(p) => p,
         Err(code) => return Ok(code),

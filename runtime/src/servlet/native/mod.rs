@@ -181,8 +181,14 @@ impl Guest for NativeGuest {
         let Some(ready) = lease.instance() else {
             return Err(RequestError::ServletFault);
         };
-        let response = self.run(ready, input, ctx).await?;
-        lease.finish();
+        let (response, exited) = self.run(ready, input, ctx).await?;
+        if exited {
+            // `proc_exit(0)` unwound the guest partway (its stack pointer,
+            // locks, atexit handlers): answered, but never reused.
+            drop(lease);
+        } else {
+            lease.finish();
+        }
         Ok(response)
     }
 }
@@ -193,7 +199,7 @@ impl NativeGuest {
         ready: &mut NativeInstance,
         input: NativeInput,
         ctx: &CallContext<'_>,
-    ) -> Result<Response<Body>, RequestError> {
+    ) -> Result<(Response<Body>, bool), RequestError> {
         let limits = &self.info.limits;
         let id = ctx.id.to_string();
         {
@@ -213,7 +219,8 @@ impl NativeGuest {
             host.response = ResponseData::default();
             host.deadline = Deadline::after(limits.timeout);
             host.kv.reset();
-            host.kv_open.clear();
+            // Store handles last as long as the instance (ABI.md): a
+            // reused instance may keep one from an earlier request.
         }
         ready.store.set_epoch_deadline(1);
         let handle = match &ready.handle {
@@ -246,11 +253,15 @@ impl NativeGuest {
                 e
             }
         };
+        let mut exited = false;
         let code = match result {
             Err(_) => return Err(timed_out()),
             Ok(Err(e)) if e.is::<DeadlineExceeded>() => return Err(timed_out()),
             Ok(Err(e)) => match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
-                Some(exit) if exit.0 == 0 => 0,
+                Some(exit) if exit.0 == 0 => {
+                    exited = true;
+                    0
+                }
                 Some(_) => {
                     self.log_fault("exited", &e, &id);
                     return Err(fault(RequestError::ServletFault));
@@ -276,7 +287,7 @@ impl NativeGuest {
         let response = std::mem::take(&mut host.response);
         host.request = RequestData::default();
         host.fetched = host::Fetched::default();
-        Ok(build_response(response))
+        Ok((build_response(response), exited))
     }
 }
 
