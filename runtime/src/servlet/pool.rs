@@ -252,13 +252,15 @@ impl<G: Guest> InstancePool<G> {
         self.refilling.fetch_add(1, Ordering::Relaxed);
         let pool = self.clone();
         runtime.spawn(async move {
-            loop {
+            // Other refills running (this one is counted too) will add
+            // one each.
+            let full = |pool: &InstancePool<G>| {
+                pool.ready.len() + pool.refilling.load(Ordering::Relaxed) > prewarm
+            };
+            tokio::task::yield_now().await;
+            // Usually one instance, and no second yield.
+            while !full(&pool) && pool.add_one().await && !full(&pool) {
                 tokio::task::yield_now().await;
-                // Other refills running will add one each.
-                let others = pool.refilling.load(Ordering::Relaxed) - 1;
-                if pool.ready.len() + others >= prewarm || !pool.add_one().await {
-                    break;
-                }
             }
             pool.refilling.fetch_sub(1, Ordering::Relaxed);
         });
