@@ -590,7 +590,18 @@ async fn a_redis_down_or_silent_from_the_start_fails_calls_fast() -> Result<()> 
 fn stores_are_checked_at_configuration_load() -> Result<()> {
     let site = TestSite::new()?;
     site.dir("www")?;
+    // One folder under two names.
+    site.dir("x")?;
+    std::os::unix::fs::symlink(site.path().join("x"), site.path().join("link"))?;
     for (toml, expect) in [
+        (
+            "[[store]]\nname = \"a\"\nkind = \"embedded\"\npath = \"x/s.redb\"\n[[store]]\nname = \"b\"\nkind = \"embedded\"\npath = \"./x/../x/s.redb\"\n[[site]]\nroot = \"www\"\n",
+            "stores \"a\" and \"b\" share the file",
+        ),
+        (
+            "[[store]]\nname = \"a\"\nkind = \"embedded\"\npath = \"x/s.redb\"\n[[store]]\nname = \"b\"\nkind = \"embedded\"\npath = \"link/s.redb\"\n[[site]]\nroot = \"www\"\n",
+            "stores \"a\" and \"b\" share the file",
+        ),
         (
             "[[site]]\nroot = \"www\"\n[site.servlet]\nstores = [\"nope\"]\n",
             "no store is named \"nope\"",

@@ -183,7 +183,15 @@ async fn readiness(app: &App) -> Result<(), String> {
         Readiness::Ready => {}
     }
     if let Some(loader) = &app.loader {
-        for store in loader.stores().iter() {
+        // The stores some route lists now: one a reload left unlisted
+        // holds up no request.
+        let sites = app.sites.load();
+        let listed = |name: &str| {
+            sites
+                .iter()
+                .any(|s| s.config.stores_listed().any(|l| l == name))
+        };
+        for store in loader.stores().iter().filter(|s| listed(s.name())) {
             match tokio::time::timeout(STORE_CHECK, store.ping()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(format!("store {}: {e}", store.name())),

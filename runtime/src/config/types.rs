@@ -139,12 +139,8 @@ impl Config {
         let mut used: Vec<String> = self
             .sites
             .iter()
-            .flat_map(|s| {
-                std::iter::once(&s.servlet_limits.stores)
-                    .chain(s.routes.iter().map(|r| &r.limits.stores))
-            })
-            .flatten()
-            .cloned()
+            .flat_map(SiteConfig::stores_listed)
+            .map(str::to_owned)
             .collect();
         used.sort();
         used.dedup();
@@ -411,6 +407,14 @@ pub struct SiteConfig {
 }
 
 impl SiteConfig {
+    /// The stores the site's servlets or routes list (repeats included).
+    pub fn stores_listed(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(&self.servlet_limits.stores)
+            .chain(self.routes.iter().map(|r| &r.limits.stores))
+            .flatten()
+            .map(String::as_str)
+    }
+
     /// A default site serving `root`, with nothing else configured.
     pub fn new(name: &str, root: PathBuf) -> SiteConfig {
         SiteConfig {

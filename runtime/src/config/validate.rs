@@ -267,8 +267,10 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
                 "give every [[store]] its own name",
             );
         }
+        // Compared as the files they would be: `x/../x/s.redb` and a path
+        // through a link to the same folder are one file.
         let path_of = |s: &StoreConfig| match &s.kind {
-            StoreKind::Embedded { path } => Some(path.clone()),
+            StoreKind::Embedded { path } => Some(resolved(path)),
             StoreKind::Redis { .. } => None,
         };
         let shared = path_of(store).and_then(|path| {
@@ -503,4 +505,23 @@ pub(crate) fn locate(
             }
         })
         .collect()
+}
+
+/// `path` with its longest existing ancestor resolved (links, `..`), the
+/// rest as written: where a file that may not exist yet would be.
+fn resolved(path: &std::path::Path) -> std::path::PathBuf {
+    let mut rest = Vec::new();
+    let mut base = path;
+    loop {
+        if let Ok(real) = base.canonicalize() {
+            return rest.iter().rev().fold(real, |p, part| p.join(part));
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                base = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
 }

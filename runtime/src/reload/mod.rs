@@ -342,6 +342,24 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
                 "routes list stores that were not open at start: they answer \"denied\" until a restart opens them"
             );
         }
+        let changed: Vec<&str> = loader
+            .stores()
+            .iter()
+            .filter(|open| {
+                config
+                    .stores
+                    .iter()
+                    .find(|c| c.name == open.name())
+                    .is_some_and(|c| c != open.config())
+            })
+            .map(|open| open.name())
+            .collect();
+        if !changed.is_empty() {
+            tracing::warn!(
+                stores = %changed.join(", "),
+                "store settings changed: they take effect after a restart; the running settings stay in force"
+            );
+        }
     }
     let current = app.sites.load_full();
     let mut sites = Vec::new();

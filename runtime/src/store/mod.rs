@@ -64,6 +64,8 @@ pub struct KeyPage {
 /// One store.
 pub struct Store {
     name: String,
+    /// What it was opened with (a reload compares against it).
+    config: StoreConfig,
     limits: StoreLimits,
     backend: Backend,
     stats: StoreStats,
@@ -115,6 +117,7 @@ impl Store {
         };
         Ok(Store {
             name: config.name.clone(),
+            config: config.clone(),
             limits: config.limits,
             backend,
             stats: StoreStats::default(),
@@ -124,6 +127,11 @@ impl Store {
     /// The store's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The settings it was opened with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
     }
 
     /// "embedded" or "redis".

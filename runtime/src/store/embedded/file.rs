@@ -40,10 +40,38 @@ pub(super) struct Shared {
     /// The file it was opened from (device, inode).
     pub(super) file: Mutex<Option<(u64, u64)>>,
     /// Why the store fails now, if it does.
-    pub(super) trouble: Mutex<Option<String>>,
+    pub(super) trouble: Mutex<Option<Trouble>>,
+    /// A disk error left the database needing to be reopened, and when
+    /// the writer last tried (at most every [`RETRY_OPEN`]).
+    reopen: Mutex<(bool, Option<Instant>)>,
+}
+
+/// Why a store fails.
+#[derive(Clone)]
+pub(super) struct Trouble {
+    why: String,
+    /// A disk error: over only once a write commits again (a reopened
+    /// file on a disk still full would fail the next write). Otherwise
+    /// the file was removed or replaced: over once it is back.
+    disk: bool,
 }
 
 impl Shared {
+    pub(super) fn new(path: PathBuf, db: Database) -> Shared {
+        Shared {
+            file: Mutex::new(crate::file_stamp::identity(&path)),
+            path,
+            db: ArcSwapOption::from_pointee(db),
+            trouble: Mutex::new(None),
+            reopen: Mutex::new((false, None)),
+        }
+    }
+
+    /// Whether the store fails now.
+    pub(super) fn troubled(&self) -> bool {
+        self.trouble.lock().map(|t| t.is_some()).unwrap_or(true)
+    }
+
     /// The database for a read, or why there is none.
     pub(super) fn for_read(&self) -> Result<arc_swap::Guard<Option<Arc<Database>>>, StoreError> {
         let db = self.db.load();
@@ -54,7 +82,12 @@ impl Shared {
     }
 
     pub(super) fn unavailable(&self) -> StoreError {
-        let why = self.trouble.lock().ok().and_then(|t| t.clone());
+        let why = self
+            .trouble
+            .lock()
+            .ok()
+            .and_then(|t| t.clone())
+            .map(|t| t.why);
         StoreError::Unavailable(why.unwrap_or_else(|| "the store is reopening".to_owned()))
     }
 
@@ -63,26 +96,45 @@ impl Shared {
     pub(super) fn failed(&self, e: impl Into<redb::Error>) -> StoreError {
         let e = e.into();
         if disk_failed(&e) {
-            self.in_trouble(format!("{}: {e}", self.path.display()));
+            if let Ok(mut reopen) = self.reopen.lock() {
+                reopen.0 = true;
+            }
+            self.in_trouble(format!("{}: {e}", self.path.display()), true);
             return self.unavailable();
         }
         other(e)
     }
 
-    fn in_trouble(&self, why: String) {
+    fn in_trouble(&self, why: String, disk: bool) {
         if let Ok(mut trouble) = self.trouble.lock() {
             if trouble.is_none() {
-                tracing::error!(error = %why, "store failing: its writes fail as unavailable until it can be reopened");
+                tracing::error!(error = %why, "store failing: its writes fail as unavailable until it works again");
             }
-            *trouble = Some(why);
+            *trouble = Some(Trouble { why, disk });
         }
+    }
+
+    /// Ends the trouble of the given kind (a write committed: any; the
+    /// file is back: a file trouble).
+    fn trouble_over(&self, committed: bool) {
+        if let Ok(mut trouble) = self.trouble.lock()
+            && trouble.as_ref().is_some_and(|t| committed || !t.disk)
+        {
+            *trouble = None;
+            tracing::info!(path = %self.path.display(), "store works again");
+        }
+    }
+
+    /// A write transaction committed: the disk takes writes.
+    pub(super) fn committed(&self) {
+        self.trouble_over(true);
     }
 
     /// Whether the store is fine, and why not.
     pub(super) fn health(&self) -> Result<(), StoreError> {
         self.check_file()?;
         match self.trouble.lock().ok().and_then(|t| t.clone()) {
-            Some(why) => Err(StoreError::Unavailable(why)),
+            Some(t) => Err(StoreError::Unavailable(t.why)),
             None => Ok(()),
         }
     }
@@ -98,7 +150,7 @@ impl Shared {
                     "{}: {e}: the file was removed while open; writes are refused (they would be lost) until it is back, or swan restarts with an empty store",
                     self.path.display()
                 );
-                self.in_trouble(why.clone());
+                self.in_trouble(why.clone(), false);
                 return Err(StoreError::Unavailable(why));
             }
         };
@@ -111,20 +163,58 @@ impl Shared {
                 "{}: another file took its place while open; writes are refused (they would go to the old file) until it is back, or swan restarts on the new one",
                 self.path.display()
             );
-            self.in_trouble(why.clone());
+            self.in_trouble(why.clone(), false);
             return Err(StoreError::Unavailable(why));
         }
+        // The file is back (or never left).
+        self.trouble_over(false);
         Ok(())
     }
 
-    /// The database for the writer: reopened first if it is in trouble.
+    /// The database for the writer, reopened first if a disk error left it
+    /// refusing transactions. While the disk fails, one batch a second
+    /// tries it; the others fail at once, as unavailable, without touching
+    /// the database (a failed commit makes it refuse reads too, until it
+    /// is reopened).
     pub(super) fn for_write(&self) -> Result<Arc<Database>, StoreError> {
         self.check_file()?;
-        let trouble = self.trouble.lock().map(|t| t.is_some()).unwrap_or(true);
-        if !trouble && let Some(db) = self.db.load_full() {
-            return Ok(db);
+        let disk = self
+            .trouble
+            .lock()
+            .map(|t| t.as_ref().is_some_and(|t| t.disk))
+            .unwrap_or(true);
+        let needed = match self.reopen.lock() {
+            Ok(mut reopen) => {
+                if disk {
+                    if reopen.1.is_some_and(|at| at.elapsed() < RETRY_OPEN) {
+                        return Err(self.unavailable());
+                    }
+                    reopen.1 = Some(Instant::now());
+                }
+                reopen.0
+            }
+            Err(_) => true,
+        };
+        if needed {
+            self.reopen_now()?;
         }
-        self.reopen()
+        self.db.load_full().ok_or_else(|| self.unavailable())
+    }
+
+    /// After a failed batch: a database the disk error left refusing
+    /// every transaction is reopened at once, so reads go on.
+    pub(super) fn after_failure(&self) {
+        if self.reopen.lock().map(|r| r.0).unwrap_or(false) {
+            let _ = self.reopen_now();
+        }
+    }
+
+    fn reopen_now(&self) -> Result<(), StoreError> {
+        self.reopen()?;
+        if let Ok(mut reopen) = self.reopen.lock() {
+            reopen.0 = false;
+        }
+        Ok(())
     }
 
     /// Closes the database (once readers are done with it) and opens its
@@ -153,7 +243,7 @@ impl Shared {
         let db = match open_file(&self.path) {
             Ok(db) => Arc::new(db.0),
             Err(e) => {
-                self.in_trouble(e.to_string());
+                self.in_trouble(e.to_string(), true);
                 return Err(self.unavailable());
             }
         };
@@ -161,11 +251,8 @@ impl Shared {
             *file = crate::file_stamp::identity(&self.path);
         }
         self.db.store(Some(db.clone()));
-        if let Ok(mut trouble) = self.trouble.lock()
-            && trouble.take().is_some()
-        {
-            tracing::info!(path = %self.path.display(), "store reopened: it works again");
-        }
+        // Not over yet: the trouble ends when a write commits.
+        tracing::debug!(path = %self.path.display(), "store reopened");
         Ok(db)
     }
 }

@@ -17,11 +17,10 @@
 mod file;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 use tokio::sync::oneshot;
@@ -33,6 +32,11 @@ use file::{RETRY_OPEN, Shared, open_file, other};
 const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
 /// (expiry, key) for keys that expire.
 const EXPIRY: TableDefinition<(u64, &str), ()> = TableDefinition::new("expiry");
+/// One entry, rewritten by the writer while the disk fails: a commit that
+/// writes data, as a store's writes do (an empty one succeeds on a full
+/// disk, and would call the store well).
+const PROBE: TableDefinition<&str, &[u8]> = TableDefinition::new("swan-probe");
+const PROBE_BYTES: usize = 64 << 10;
 /// Writes applied in one transaction at most.
 const MAX_BATCH: usize = 512;
 /// How often expired keys are swept when nothing else is written.
@@ -147,12 +151,7 @@ impl Embedded {
             std::fs::create_dir_all(dir).map_err(|e| other(format!("{}: {e}", dir.display())))?;
         }
         let db = open_file(path)?.0;
-        let shared = Arc::new(Shared {
-            path: path.to_owned(),
-            db: ArcSwapOption::from_pointee(db),
-            file: Mutex::new(crate::file_stamp::identity(path)),
-            trouble: Mutex::new(None),
-        });
+        let shared = Arc::new(Shared::new(path.to_owned(), db));
         let (writes, rx) = mpsc::channel();
         let writer_shared = shared.clone();
         let writer = std::thread::Builder::new()
@@ -336,8 +335,12 @@ impl Embedded {
 /// The writer thread: everything waiting goes into one transaction.
 fn write_loop(shared: &Shared, rx: &mpsc::Receiver<Write>) {
     loop {
-        let troubled = shared.trouble.lock().map(|t| t.is_some()).unwrap_or(true);
-        let wait = if troubled { RETRY_OPEN } else { SWEEP_EVERY };
+        // In trouble, an empty batch every second tries the disk again.
+        let wait = if shared.troubled() {
+            RETRY_OPEN
+        } else {
+            SWEEP_EVERY
+        };
         let first = match rx.recv_timeout(wait) {
             Ok(w) => Some(w),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
@@ -351,17 +354,25 @@ fn write_loop(shared: &Shared, rx: &mpsc::Receiver<Write>) {
             }
         }
         // A failed transaction applied nothing: its writes all fail.
+        let troubled = shared.troubled();
+        // Nothing to write while the store is in trouble: the probe's.
+        let probe = batch.is_empty() && troubled;
         let results = shared
             .for_write()
-            .and_then(|db| apply(&db, &batch).map_err(|e| shared.failed(e)));
+            .and_then(|db| apply(&db, &batch, probe).map_err(|e| shared.failed(e)));
         match results {
             Ok(results) => {
+                if probe || !batch.is_empty() {
+                    shared.committed();
+                }
                 for (w, r) in batch.into_iter().zip(results) {
                     let _ = w.reply.send(r);
                 }
             }
             Err(e) => {
-                if !batch.is_empty() {
+                shared.after_failure();
+                // Once, not for every batch while the store is in trouble.
+                if !batch.is_empty() && !troubled {
                     tracing::warn!(error = %e, writes = batch.len(), "store writes failed");
                 }
                 for w in batch {
@@ -375,8 +386,16 @@ fn write_loop(shared: &Shared, rx: &mpsc::Receiver<Write>) {
 /// Applies a batch (and the expiry sweep) in one committed transaction.
 /// The outer error is redb's (the transaction failed: nothing applied);
 /// the inner ones are each write's own (not a number).
-fn apply(db: &Database, batch: &[Write]) -> Result<Vec<Result<Done, StoreError>>, redb::Error> {
+fn apply(
+    db: &Database,
+    batch: &[Write],
+    probe: bool,
+) -> Result<Vec<Result<Done, StoreError>>, redb::Error> {
     let txn = db.begin_write()?;
+    if probe {
+        txn.open_table(PROBE)?
+            .insert("probe", &[0u8; PROBE_BYTES][..])?;
+    }
     let now = now_ms();
     let mut results = Vec::with_capacity(batch.len());
     {
