@@ -353,6 +353,46 @@ async fn a_component_sees_the_authority_and_scheme_the_client_used() -> Result<(
         .await?;
     assert_eq!(h2.version, http::Version::HTTP_2);
     assert_eq!(h2.text(), format!("http {addr} -"));
+    // The client's address as swan found it (here: a trusted proxy's
+    // X-Forwarded-For) and swan's request id, in place of what the client
+    // says, as native servlets get them.
+    let r = server
+        .get_with(
+            "/f/header?name=x-forwarded-for",
+            &[("x-forwarded-for", "9.9.9.9")],
+        )
+        .await?;
+    assert_eq!(r.text(), "9.9.9.9");
+    let r = server
+        .get_with(
+            "/f/header?name=x-forwarded-for",
+            &[("x-forwarded-for", "203.0.113.7, 127.0.0.1")],
+        )
+        .await?;
+    assert_eq!(r.text(), "203.0.113.7");
+    let r = server
+        .get_with(
+            "/f/header?name=x-request-id",
+            &[("x-request-id", "client-chosen")],
+        )
+        .await?;
+    assert_eq!(r.text(), r.header("x-request-id"));
+    assert_ne!(r.text(), "client-chosen");
+    Ok(())
+}
+
+/// Without a trusted proxy, a component sees the peer's address, not what
+/// the client wrote in `X-Forwarded-For`.
+#[tokio::test]
+async fn a_component_sees_the_peer_not_a_forwarded_for_it_was_told() -> Result<()> {
+    let (_site, server) = start("").await?;
+    let r = server
+        .get_with(
+            "/f/header?name=x-forwarded-for",
+            &[("x-forwarded-for", "9.9.9.9")],
+        )
+        .await?;
+    assert_eq!(r.text(), "127.0.0.1");
     Ok(())
 }
 

@@ -38,8 +38,7 @@ use exchange::{LogHead, Unanswered};
 
 /// Sent as `Server` on every response.
 pub const SERVER_NAME: HeaderValue = HeaderValue::from_static("swan");
-/// The response header carrying the request id.
-pub const REQUEST_ID_HEADER: &str = "x-request-id";
+pub use crate::request::id::REQUEST_ID_HEADER;
 
 /// Everything a request needs, shared by all workers.
 #[derive(Debug)]

@@ -73,6 +73,10 @@ impl fmt::Display for RequestId {
     }
 }
 
+/// The header carrying the request id: on every response, and on a
+/// component's request.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -287,6 +287,8 @@ impl GuestBody {
     fn fail(&mut self, why: String) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         if let Some((stats, id)) = self.tally.take() {
             let timed_out = why.contains("deadline");
+            let first = why.lines().next().unwrap_or_default();
+            tracing::warn!(request_id = %id, error = %first, "response aborted mid-body: the servlet failed after its head was sent");
             stats.failed_mid_stream(&why, timed_out, &id);
         }
         Poll::Ready(Some(Err(io::Error::other(why))))

@@ -20,6 +20,7 @@
 //! | `/fetch?url=U&bb=MS` | GETs U with outgoing-handler (`bb`: a between-bytes timeout): `STATUS BODY`, `STATUS BODY (body failed)`, or `error: CODE` |
 //! | `/no-response` | returns without setting a response |
 //! | `/seen` | 200 `SCHEME AUTHORITY X-HOP`: the request as the guest sees it (`-` for an absent header) |
+//! | `/header?name=N` | 200 with every value of header N the guest sees, joined by `\|` |
 //! | `/status?n=N` | answers with status N (any the host accepts: 100 to 999) |
 //! | `/leak-out` | forgets its response outparam (never set, never dropped) and returns |
 //! | `/leak-body?n=N` | sets a 200, writes N KiB, forgets the body without finishing it, and returns |
@@ -220,6 +221,17 @@ impl wasi::exports::http::incoming_handler::Guest for Faults {
                     .first()
                     .map_or("-".to_owned(), |v| String::from_utf8_lossy(v).into_owned());
                 respond(out, 200, format!("{scheme} {authority} {hop}").as_bytes())
+            }
+            "/header" => {
+                // Every value of the header `name`, joined by `|`.
+                let name = param(query, "name").unwrap_or_default();
+                let values: Vec<String> = request
+                    .headers()
+                    .get(&name)
+                    .iter()
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .collect();
+                respond(out, 200, values.join("|").as_bytes())
             }
             "/status" => {
                 let status = u16::try_from(n()).unwrap_or(500);
