@@ -510,3 +510,40 @@ async fn a_refused_module_is_not_tried_again_until_it_changes() -> Result<()> {
     }
     Ok(())
 }
+
+/// The cache's `budget` holds across reloads: files added before unchanged
+/// ones (in the order a load walks them) take the room first, and the
+/// unchanged ones are streamed from disk once it is gone, not kept on top
+/// (10 MB held under a 1 MiB budget before). Compressed variants count too.
+#[tokio::test]
+async fn the_cache_budget_holds_across_reloads_and_counts_variants() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("www/m.bin", vec![b'm'; 600_000])?;
+    let server = start(
+        &site,
+        "[site.cache]\nbudget = \"1 MiB\"\nmax_file_size = \"1 MiB\"\n",
+    )
+    .await?;
+    let held = || {
+        let sites = server.app().sites.load();
+        sites
+            .iter()
+            .next()
+            .map_or(0, |s| s.cache.stats().cached_bytes)
+    };
+    for n in (0..6).rev() {
+        site.file(&format!("www/{n}.bin"), vec![b'0' + n; 1_000_000])?;
+        let path = format!("/{n}.bin");
+        assert!(eventually(WAIT, || status_is(&server, &path, StatusCode::OK)).await);
+        assert!(held() <= 1 << 20, "{} bytes held after {n}.bin", held());
+    }
+    // Every file is still served whole, from memory or from disk.
+    assert_eq!(server.get("/m.bin").await?.body.len(), 600_000);
+    assert_eq!(server.get("/0.bin").await?.body.len(), 1_000_000);
+    // A compressible file: its variants fit the budget with it, or are
+    // not kept.
+    site.file("www/page.html", "<p>hello</p>\n".repeat(70_000))?;
+    assert!(eventually(WAIT, || status_is(&server, "/page.html", StatusCode::OK)).await);
+    assert!(held() <= 1 << 20, "{} bytes held with variants", held());
+    Ok(())
+}

@@ -12,12 +12,12 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 
 use super::compress::{self, Encoding};
+pub(super) use super::entry::{CachedFile, DiskFile, Representation, Resource, Variant};
 use super::headers::{
     Fingerprint, content_hash, content_type_for, disk_etag, disk_tag, http_date, last_modified,
     quoted_etag,
@@ -51,81 +51,6 @@ pub struct CacheStats {
     pub compressed_variants: usize,
     /// Files too large for memory, streamed from disk.
     pub streamed_files: usize,
-}
-
-/// One representation of a file: its validator and prebuilt headers.
-#[derive(Debug)]
-pub struct Representation {
-    /// The strong ETag, quoted.
-    pub etag: HeaderValue,
-    /// Complete headers of a 200 answer.
-    pub headers: HeaderMap,
-    /// Headers of a 304 answer.
-    pub not_modified: HeaderMap,
-    /// Body length in bytes.
-    pub len: u64,
-}
-
-/// A representation with its body in memory.
-#[derive(Debug)]
-pub struct Variant {
-    /// Validator and headers.
-    pub rep: Representation,
-    /// The body.
-    pub body: Bytes,
-}
-
-/// A file served from memory.
-#[derive(Debug)]
-pub struct CachedFile {
-    /// The file as it is.
-    pub identity: Variant,
-    /// Brotli variant, if worth serving.
-    pub brotli: Option<Variant>,
-    /// Gzip variant, if worth serving.
-    pub gzip: Option<Variant>,
-    /// Last modification, whole seconds.
-    pub modified: SystemTime,
-    /// What the file and its siblings looked like when read.
-    fingerprint: Fingerprint,
-}
-
-/// A file streamed from disk.
-#[derive(Debug)]
-pub struct DiskFile {
-    /// Validator and headers.
-    pub rep: Representation,
-    /// Where it is (resolved: no link in it).
-    pub path: PathBuf,
-    /// The site's root (resolved), which `path` must stay beneath when
-    /// it is opened.
-    pub root: Arc<Path>,
-    /// Last modification, whole seconds.
-    pub modified: SystemTime,
-    /// Its precompressed `.br` sibling, held in memory when it fits.
-    pub brotli: Option<Variant>,
-    /// Its precompressed `.gz` sibling, likewise.
-    pub gzip: Option<Variant>,
-    pub(super) fingerprint: Fingerprint,
-}
-
-/// A file of the site.
-#[derive(Debug, Clone)]
-pub enum Resource {
-    /// Held in memory.
-    Memory(Arc<CachedFile>),
-    /// Streamed from disk.
-    Disk(Arc<DiskFile>),
-}
-
-impl Resource {
-    /// Last modification time, whole seconds.
-    pub fn modified(&self) -> SystemTime {
-        match self {
-            Resource::Memory(f) => f.modified,
-            Resource::Disk(f) => f.modified,
-        }
-    }
 }
 
 /// The loaded files of one site.
@@ -375,22 +300,26 @@ impl Loader<'_> {
         let content_type = content_type_for(path);
         let len = meta.len();
         let fingerprint = Fingerprint::of(path, meta);
-        match self.previous.and_then(|p| p.files.get(key.as_str())) {
-            Some(Resource::Memory(f)) if f.fingerprint == fingerprint => {
-                self.add_cached(key, f.clone());
-                return Ok(());
-            }
-            Some(Resource::Disk(f)) if f.fingerprint == fingerprint => {
-                self.add_streamed(key, f.clone());
-                return Ok(());
-            }
-            _ => {}
-        }
         let remaining = self
             .site
             .cache
             .budget
             .saturating_sub(self.cache.stats.cached_bytes);
+        // An unchanged file is reused as it was loaded if that still fits
+        // the budget as this load has spent it: held in memory if it fits
+        // what is left, streamed if it still has to be.
+        let fits = len <= self.site.cache.max_file_size && len <= remaining;
+        match self.previous.and_then(|p| p.files.get(key.as_str())) {
+            Some(Resource::Memory(f)) if f.fingerprint == fingerprint && f.held() <= remaining => {
+                self.add_cached(key, f.clone());
+                return Ok(());
+            }
+            Some(Resource::Disk(f)) if f.fingerprint == fingerprint && !fits => {
+                self.add_streamed(key, f.clone());
+                return Ok(());
+            }
+            _ => {}
+        }
         if len > self.site.cache.max_file_size || len > remaining {
             if len <= self.site.cache.max_file_size {
                 tracing::warn!(site = %self.site.name, file = ?path, "cache budget used up: streaming from disk");
@@ -427,7 +356,11 @@ impl Loader<'_> {
         let data = Bytes::from(super::open::read_regular(path)?);
         let hash = content_hash(&data);
         let tag = format!("{hash:016x}");
-        let from = Compress::From(&data);
+        // The variants share what the budget has left after the file.
+        let from = Compress::From {
+            data: &data,
+            room: remaining.saturating_sub(len),
+        };
         let [brotli, gzip] = self.variants(path, &tag, &content_type, &last_modified, from);
         let vary = brotli.is_some() || gzip.is_some();
         let etag = quoted_etag(&tag);
@@ -467,20 +400,21 @@ impl Loader<'_> {
     ) -> [Option<Variant>; 2] {
         let ct = content_type.to_str().unwrap_or("");
         let compressible = self.site.cache.compress && compress::is_compressible(ct);
-        let mut room = match compress {
-            Compress::From(_) => u64::MAX,
-            Compress::No { room } => room,
-        };
+        let (Compress::From { room, .. } | Compress::No { room }) = compress;
+        let mut room = room;
         [Encoding::Brotli, Encoding::Gzip].map(|encoding| {
             let sibling = PathBuf::from(format!("{}.{}", path.display(), encoding.suffix()));
             // A sibling's tag names its own bytes too (a new `.gz`, a new tag).
             let (own, body) = match (self.read_sibling(&sibling, room), &compress) {
                 (Some(bytes), _) => (format!("-{:016x}", content_hash(&bytes)), bytes),
-                (None, Compress::From(data)) if compressible => {
+                (None, Compress::From { data, .. }) if compressible => {
                     (String::new(), compress::compress(data, encoding)?)
                 }
                 (None, _) => return None,
             };
+            if body.len() as u64 > room {
+                return None;
+            }
             room = room.saturating_sub(body.len() as u64);
             let etag = quoted_etag(&format!("{tag}{own}-{}", encoding.suffix()));
             let len = body.len() as u64;
@@ -577,6 +511,6 @@ fn count_variants(stats: &mut CacheStats, variants: [&Option<Variant>; 2]) {
 /// memory (compressible types, when the site compresses), or nowhere (a
 /// streamed file: siblings within `room` bytes of the budget only).
 enum Compress<'a> {
-    From(&'a [u8]),
+    From { data: &'a [u8], room: u64 },
     No { room: u64 },
 }

@@ -2,6 +2,7 @@
 //!
 //! - `cache`: loading a root into memory, precomputing headers and variants;
 //! - `compress`: load-time gzip/brotli and `Accept-Encoding` parsing;
+//! - `entry`: what the cache holds for a file, in memory or on disk;
 //! - `headers`: content types, validators and dates;
 //! - `open`: opening files that may have changed since they were loaded;
 //! - `respond`: conditional requests, ranges, folders.
@@ -10,6 +11,7 @@
 
 mod cache;
 mod compress;
+mod entry;
 mod headers;
 mod open;
 mod progress;
