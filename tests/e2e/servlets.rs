@@ -584,3 +584,52 @@ async fn an_exhausted_instance_pool_answers_503_not_500() -> Result<()> {
     assert_eq!(server.get("/").await?.text(), "home");
     Ok(())
 }
+
+/// `date`, `server` and `x-request-id` are swan's on every response: a
+/// guest's is refused (-2), never sent beside swan's; a 304 gets no
+/// made-up `content-type` (its headers update a stored response's).
+#[tokio::test]
+async fn swans_own_headers_are_refused_and_a_304_gets_no_made_up_type() -> Result<()> {
+    // Answers, as digits, what setting `date`, `server` and `x-request-id`
+    // returned, then 304.
+    let headers = servlet(
+        r#"(data (i32.const 16) "date") (data (i32.const 32) "server") (data (i32.const 48) "x-request-id") (data (i32.const 80) "forged")"#,
+        "(call $try (i32.const 16) (i32.const 4))
+         (call $try (i32.const 32) (i32.const 6))
+         (call $try (i32.const 48) (i32.const 12))
+         (drop (call $status (i32.const 304)))
+         i32.const 0",
+        "(func $try (param $name i32) (param $len i32)
+           (i32.store8 (i32.const 4096)
+             (i32.sub (i32.const 48) (call $header (local.get $name) (local.get $len) (i32.const 80) (i32.const 6))))
+           (drop (call $write (i32.const 4096) (i32.const 1))))",
+    );
+    let (_site, server) = start(&[("h.wasm", headers)], "").await?;
+    let r = server.get("/h").await?;
+    assert_eq!(r.status, StatusCode::NOT_MODIFIED);
+    assert!(r.headers.get("content-type").is_none(), "{:?}", r.headers);
+    for name in ["date", "server", "x-request-id"] {
+        let values: Vec<_> = r.headers.get_all(name).iter().collect();
+        assert!(values.len() <= 1, "{name}: {values:?}");
+        assert!(
+            values.iter().all(|v| v.as_bytes() != b"forged"),
+            "{name}: {values:?}"
+        );
+    }
+    // The codes, in a 200 this time: each call was refused with -2.
+    let codes = servlet(
+        r#"(data (i32.const 16) "date") (data (i32.const 32) "server") (data (i32.const 48) "x-request-id") (data (i32.const 80) "forged")"#,
+        "(call $try (i32.const 16) (i32.const 4))
+         (call $try (i32.const 32) (i32.const 6))
+         (call $try (i32.const 48) (i32.const 12))
+         i32.const 0",
+        "(func $try (param $name i32) (param $len i32)
+           (i32.store8 (i32.const 4096)
+             (i32.sub (i32.const 48) (call $header (local.get $name) (local.get $len) (i32.const 80) (i32.const 6))))
+           (drop (call $write (i32.const 4096) (i32.const 1))))",
+    );
+    drop(server);
+    let (_site, server) = start(&[("c.wasm", codes)], "").await?;
+    assert_eq!(server.get("/c").await?.text(), "222");
+    Ok(())
+}

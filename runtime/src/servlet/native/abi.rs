@@ -149,7 +149,9 @@ fn response_status(mut caller: Caller<'_, Host>, status: i32) -> i32 {
     }
 }
 
-/// Headers a servlet may not set: swan frames the message itself.
+/// Headers a servlet may not set: swan frames the message itself, and
+/// sets `Date`, `Server` and `x-request-id` on every response (a guest's
+/// would be a second one, or replaced).
 fn forbidden(name: &HeaderName) -> bool {
     use http::header::*;
     [
@@ -159,7 +161,10 @@ fn forbidden(name: &HeaderName) -> bool {
         TE,
         TRAILER,
         UPGRADE,
+        DATE,
+        SERVER,
         HeaderName::from_static("keep-alive"),
+        HeaderName::from_static(crate::request::id::REQUEST_ID_HEADER),
     ]
     .contains(name)
 }

@@ -295,7 +295,12 @@ fn build_response(data: ResponseData) -> Response<Body> {
     let mut res = Response::new(Body::full(data.body.freeze()));
     *res.status_mut() = data.status;
     *res.headers_mut() = data.headers;
-    if !res.headers().contains_key(header::CONTENT_TYPE) && res.status() != StatusCode::NO_CONTENT {
+    // A 304's headers update the stored response's: no made-up type.
+    let bodiless = matches!(
+        res.status(),
+        StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED
+    );
+    if !res.headers().contains_key(header::CONTENT_TYPE) && !bodiless {
         res.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
