@@ -446,6 +446,10 @@ async fn paths_that_leave_the_root_never_serve_anything_outside_it() -> Result<(
         ("/..%5coutside.txt", "400"),
         ("/a\\..\\outside.txt", "400"),
         ("/plain.txt%00.html", "400"),
+        // Not percent-encoding at all.
+        ("/%", "400"),
+        ("/%zz", "400"),
+        ("/plain%2", "400"),
         ("/escape.txt", "404"),
     ] {
         let r = server

@@ -75,6 +75,18 @@ pub fn normalize(raw: &str) -> Result<Cow<'_, str>, PathError> {
     if contains_encoded_separator(raw) {
         return Err(PathError::EncodedSeparator);
     }
+    // A `%` not followed by two hex digits (`/%`, `/%zz`) is no encoding
+    // at all: 400, as NGINX answers, not a name with a `%` in it.
+    let bytes = raw.as_bytes();
+    let bad_escape = bytes.iter().enumerate().any(|(i, &b)| {
+        b == b'%'
+            && !bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    });
+    if bad_escape {
+        return Err(PathError::Malformed);
+    }
     let decoded = percent_decode_str(raw)
         .decode_utf8()
         .map_err(|_| PathError::Malformed)?;
@@ -198,6 +210,10 @@ mod tests {
         assert_eq!(normalize("/a\\..\\b"), Err(PathError::Backslash));
         assert_eq!(normalize("/a%00.html"), Err(PathError::Nul));
         assert_eq!(normalize("/%ff"), Err(PathError::Malformed));
+        for bad in ["/%", "/%zz", "/a%2", "/a%2g/b", "/%%41"] {
+            assert_eq!(normalize(bad), Err(PathError::Malformed), "{bad}");
+        }
+        assert_eq!(normalize("/a%20b").as_deref(), Ok("/a b"));
         assert_eq!(normalize("a/b"), Err(PathError::Malformed));
     }
 
