@@ -541,6 +541,23 @@ async fn redis_closing_idle_connections_or_refusing_a_handshake_needs_no_restart
             .await,
         "the store did not work again once Redis accepted its handshake"
     );
+    // Redis at its `maxmemory` refuses writes for now: unavailable (503),
+    // not a servlet error (500).
+    assert_eq!(
+        redis.command(None, &["CONFIG", "SET", "maxmemory", "1"])?,
+        "+OK"
+    );
+    let r = server.get("/visits").await?;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+    assert_eq!(
+        redis.command(None, &["CONFIG", "SET", "maxmemory", "0"])?,
+        "+OK"
+    );
+    assert!(
+        server
+            .answers_ok_within("/visits", Duration::from_secs(10))
+            .await
+    );
     Ok(())
 }
 

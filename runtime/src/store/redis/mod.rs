@@ -174,6 +174,8 @@ fn classify(e: RedisError) -> StoreError {
         || e.is_connection_refusal()
         || e.is_timeout()
         || refused_handshake(&e)
+        // Redis at its `maxmemory` refuses writes for now, not for good.
+        || e.code() == Some("OOM")
     {
         return StoreError::Unavailable(e.to_string());
     }
