@@ -86,6 +86,30 @@ fn refused(server: &TestServer) -> Vec<String> {
         .collect()
 }
 
+/// Starts a server on `modules` and checks it is up within a few
+/// deadlines (not never) with `start.wasm`, `init.wasm` and `probe.wasm`
+/// refused, each for a reason that says `why`.
+async fn refused_within_their_deadline(
+    modules: &[(&str, Vec<u8>)],
+    why: &str,
+) -> Result<(TestSite, TestServer)> {
+    let started = Instant::now();
+    let (site, server) = start_with(modules, QUICK).await?;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let reasons = refused(&server);
+    for name in ["start.wasm", "init.wasm", "probe.wasm"] {
+        assert!(
+            reasons.iter().any(|r| r.contains(name) && r.contains(why)),
+            "{name}: {reasons:?}"
+        );
+    }
+    Ok((site, server))
+}
+
 #[tokio::test]
 async fn modules_that_loop_while_loading_are_refused_within_their_deadline() -> Result<()> {
     let spin = "(loop $l (br $l))";
@@ -112,22 +136,8 @@ async fn modules_that_loop_while_loading_are_refused_within_their_deadline() -> 
         ),
         ("ok.wasm", ok_module()),
     ];
-    let started = Instant::now();
-    let (site, server) = start_with(&modules, QUICK).await?;
-    // Ready in a few deadlines, not never.
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
-    let reasons = refused(&server);
+    let (site, server) = refused_within_their_deadline(&modules, "deadline").await?;
     for name in ["start.wasm", "init.wasm", "probe.wasm"] {
-        assert!(
-            reasons
-                .iter()
-                .any(|r| r.contains(name) && r.contains("deadline")),
-            "{name}: {reasons:?}"
-        );
         let path = format!("/{}", name.trim_end_matches(".wasm"));
         assert_eq!(server.get(&path).await?.status, StatusCode::NOT_FOUND);
     }
@@ -199,23 +209,9 @@ async fn modules_that_wait_in_a_host_call_while_loading_are_refused_within_their
         ("probe.wasm", sleeper("probe")),
         ("ok.wasm", ok_module()),
     ];
-    let started = Instant::now();
-    let (site, server) = start_with(&modules, QUICK).await?;
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
-    let reasons = refused(&server);
-    for name in ["start.wasm", "init.wasm", "probe.wasm"] {
-        assert!(
-            reasons
-                .iter()
-                .any(|r| r.contains(name)
-                    && r.contains("did not finish within the servlet's timeout")),
-            "{name}: {reasons:?}"
-        );
-    }
+    let (site, server) =
+        refused_within_their_deadline(&modules, "did not finish within the servlet's timeout")
+            .await?;
     assert_eq!(server.get("/ok").await?.text(), "ok");
     // Dropped in while running: refused in time, and reloads go on.
     site.file("servlets/late.wasm", sleeper("init"))?;
