@@ -20,6 +20,14 @@ pub(crate) struct FileStamp {
 }
 
 impl FileStamp {
+    /// Which file this is and when it last changed, as one number (device,
+    /// inode and change time mixed): what tells two files of one size and
+    /// date apart.
+    pub(crate) fn identity_bits(&self) -> u64 {
+        let ctime = self.ctime_ns as u64 ^ (self.ctime_ns >> 64) as u64;
+        self.dev.rotate_left(32) ^ self.ino ^ ctime.rotate_left(17)
+    }
+
     /// The stamp of `path` (following links), if it exists.
     pub(crate) fn of(path: &Path) -> Option<FileStamp> {
         std::fs::metadata(path)

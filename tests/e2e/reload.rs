@@ -133,6 +133,7 @@ async fn a_file_replaced_by_one_of_the_same_size_and_date_goes_live() -> Result<
     write_dated(&www.join("big.txt"), &big('A'))?;
     let server = start(&site, "[site.cache]\nmax_file_size = \"1 MiB\"\n").await?;
     assert!(text_is(&server, "/rep.txt", "version-AAAA").await);
+    let big_tag = server.get("/big.txt").await?.header("etag").to_owned();
     // Renamed over.
     write_dated(&www.join(".rep.new"), "version-BBBB")?;
     std::fs::rename(www.join(".rep.new"), www.join("rep.txt"))?;
@@ -141,6 +142,25 @@ async fn a_file_replaced_by_one_of_the_same_size_and_date_goes_live() -> Result<
     assert!(eventually(WAIT, || text_is(&server, "/rep.txt", "version-BBBB")).await);
     let b = big('B');
     assert!(eventually(WAIT, || text_is(&server, "/big.txt", &b)).await);
+    // Its validator changed with it: the old one gets no 304 (a client's
+    // stale copy) and no range of the new bytes (a spliced download).
+    let r = server.get("/big.txt").await?;
+    assert_ne!(r.header("etag"), big_tag);
+    let r = server
+        .get_with("/big.txt", &[("if-none-match", &big_tag)])
+        .await?;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = server
+        .get_with(
+            "/big.txt",
+            &[("range", "bytes=0-9"), ("if-range", &big_tag)],
+        )
+        .await?;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "a range of the new file for the old tag"
+    );
     // Written in place, the date put back.
     write_dated(&www.join("rep.txt"), "version-CCCC")?;
     assert!(eventually(WAIT, || text_is(&server, "/rep.txt", "version-CCCC")).await);

@@ -195,6 +195,11 @@ fn schedule_tier_up(app: &App, tx: &mpsc::Sender<Msg>, tiering: &mut HashSet<usi
             let (loader, tx) = (loader.clone(), tx.clone());
             let spawned = std::thread::Builder::new().name("swan-tier-up".to_owned()).spawn(move || {
                 let _one_at_a_time = TIER_UP.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Replaced meanwhile (a reload): nobody serves it any more
+                // but this thread.
+                if Arc::strong_count(&old) == 1 {
+                    return;
+                }
                 let load = || loader.load_servlet(old.info().clone(), Tier::Optimized);
                 let loaded = match tier_up_pool() {
                     Some(pool) => pool.install(load),

@@ -314,7 +314,9 @@ impl Loader<'_> {
                 self.add_cached(key, f.clone());
                 return Ok(());
             }
-            Some(Resource::Disk(f)) if f.fingerprint == fingerprint && !fits => {
+            Some(Resource::Disk(f))
+                if f.fingerprint == fingerprint && !fits && f.siblings_held() <= remaining =>
+            {
                 self.add_streamed(key, f.clone());
                 return Ok(());
             }

@@ -77,6 +77,14 @@ pub struct DiskFile {
     pub(super) fingerprint: Fingerprint,
 }
 
+impl DiskFile {
+    /// Bytes its precompressed siblings hold in memory.
+    pub(super) fn siblings_held(&self) -> u64 {
+        let variants = [&self.brotli, &self.gzip].into_iter().flatten();
+        variants.map(|v| v.body.len() as u64).sum()
+    }
+}
+
 /// A file of the site.
 #[derive(Debug, Clone)]
 pub enum Resource {

@@ -10,15 +10,23 @@ use http::header::HeaderValue;
 
 use crate::file_stamp::FileStamp;
 
-/// The validator of a file streamed from disk: size and modification time
-/// (its content is not read at load).
+/// The validator of a file streamed from disk: size, modification time and
+/// which file it is (its content is not read at load).
 pub(super) fn disk_etag(stamp: FileStamp) -> HeaderValue {
     quoted_etag(&disk_tag(stamp))
 }
 
 /// [`disk_etag`] unquoted: what a streamed file's variants' tags start with.
+/// Which file it is counts too: a copy of the same size and date (`cp -p`)
+/// must not pass the old one's validator (a 304, or an `If-Range` that
+/// splices two versions).
 pub(super) fn disk_tag(stamp: FileStamp) -> String {
-    format!("{:x}-{:x}", stamp.len, stamp.mtime_ns)
+    format!(
+        "{:x}-{:x}-{:x}",
+        stamp.len,
+        stamp.mtime_ns,
+        stamp.identity_bits()
+    )
 }
 
 /// Content-Type from the extension, with a charset for text.

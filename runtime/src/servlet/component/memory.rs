@@ -39,6 +39,8 @@ impl ResourceLimiter for ComponentLimits {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        // Only the growth asked now can fail next.
+        self.last_growth = 0;
         let growth = desired.saturating_sub(current);
         let total = self.total.saturating_add(growth);
         if total > self.max_total {

@@ -201,8 +201,10 @@ impl Shared {
         self.db.load_full().ok_or_else(|| self.unavailable())
     }
 
-    /// After a failed batch: a database the disk error left refusing
-    /// every transaction is reopened at once, so reads go on.
+    /// After a failed commit: a database the disk error left refusing
+    /// every transaction is reopened at once, so reads go on (one attempt
+    /// per batch that reached the disk, which the throttle in
+    /// [`Shared::for_write`] keeps to one a second).
     pub(super) fn after_failure(&self) {
         if self.reopen.lock().map(|r| r.0).unwrap_or(false) {
             let _ = self.reopen_now();

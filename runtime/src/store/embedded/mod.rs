@@ -357,9 +357,14 @@ fn write_loop(shared: &Shared, rx: &mpsc::Receiver<Write>) {
         let troubled = shared.troubled();
         // Nothing to write while the store is in trouble: the probe's.
         let probe = batch.is_empty() && troubled;
-        let results = shared
-            .for_write()
-            .and_then(|db| apply(&db, &batch, probe).map_err(|e| shared.failed(e)));
+        let results = shared.for_write().and_then(|db| {
+            apply(&db, &batch, probe).map_err(|e| {
+                let e = shared.failed(e);
+                // The commit failed: reopened at once, so reads go on.
+                shared.after_failure();
+                e
+            })
+        });
         match results {
             Ok(results) => {
                 if probe || !batch.is_empty() {
@@ -370,7 +375,6 @@ fn write_loop(shared: &Shared, rx: &mpsc::Receiver<Write>) {
                 }
             }
             Err(e) => {
-                shared.after_failure();
                 // Once, not for every batch while the store is in trouble.
                 if !batch.is_empty() && !troubled {
                     tracing::warn!(error = %e, writes = batch.len(), "store writes failed");

@@ -57,6 +57,10 @@ const RETRY_CONNECT: Duration = Duration::from_secs(1);
 /// A connection unused this long (ms) is checked with a PING before a call.
 const IDLE_CHECK_MS: u64 = 1000;
 
+/// Twice the longest an idle check waits for its PING (half the store's
+/// `timeout` if that is shorter).
+const PING_WAIT: Duration = Duration::from_millis(500);
+
 /// INCRBY `KEYS[1]` by `ARGV[1]`, refused (as INCR refuses text) when the
 /// value stored is negative: wasi:keyvalue's counters are unsigned. The
 /// new value, as text.
@@ -174,8 +178,9 @@ fn classify(e: RedisError) -> StoreError {
         || e.is_connection_refusal()
         || e.is_timeout()
         || refused_handshake(&e)
-        // Redis at its `maxmemory` refuses writes for now, not for good.
-        || e.code() == Some("OOM")
+        // Refused for now, not for good: Redis at its `maxmemory`, loading
+        // its data, a replica after a failover, a script running.
+        || matches!(e.code(), Some("OOM" | "LOADING" | "READONLY" | "MASTERDOWN" | "BUSY"))
     {
         return StoreError::Unavailable(e.to_string());
     }
@@ -236,14 +241,23 @@ impl RedisStore {
         let now = crate::clock::now_ms();
         let last = slot.used_ms.swap(now, Ordering::Relaxed);
         if now.saturating_sub(last) >= IDLE_CHECK_MS {
-            // A dead connection fails the PING, and the manager reconnects:
-            // the call then waits for the new connection.
-            if let Err(e) = redis::cmd("PING").query_async::<()>(&mut con).await {
-                let dropped = e.is_connection_dropped() || e.is_io_error();
-                let error = slot.failed(e);
-                if !dropped {
-                    return Err(error);
+            // A dead connection fails the PING, or leaves it unanswered (a
+            // NAT that dropped it silently): within a short time of its
+            // own, so the call keeps most of its `timeout`. The connection
+            // is then forgotten and made anew for the call.
+            let check = self.timeout.min(PING_WAIT) / 2;
+            let ping = redis::cmd("PING");
+            let failed = match tokio::time::timeout(check, ping.query_async::<()>(&mut con)).await {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) if !(e.is_connection_dropped() || e.is_io_error()) => {
+                    return Err(slot.failed(e));
                 }
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some(format!("no answer to PING within {} ms", check.as_millis())),
+            };
+            if let Some(why) = failed {
+                tracing::debug!(store = %self.name, error = %why, "an idle Redis connection was dead: connecting again");
+                slot.manager.store(None);
                 con = self.manager(slot).await?;
             }
         }
