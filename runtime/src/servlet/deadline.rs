@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 
 use crate::engine::EPOCH_TICK;
 
+/// Extra time, past its own deadline, that a guest blocked in a host call
+/// (which epochs cannot interrupt) gets before it is abandoned.
+pub(crate) const HOST_CALL_GRACE: Duration = Duration::from_millis(500);
+
 /// When a guest must stop.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Deadline {

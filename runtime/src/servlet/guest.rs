@@ -69,7 +69,11 @@ pub(crate) enum GuestError {
     Failed(wasmtime::Error),
     /// Starting (start functions, `_initialize`, a component's own start)
     /// waited in a host call past the servlet's `timeout` and its grace.
-    #[error("starting did not finish within the servlet's timeout ({} ms) and 500 ms more for a host call", .0.as_millis())]
+    #[error(
+        "starting did not finish within the servlet's timeout ({} ms) and {} ms more for a host call",
+        .0.as_millis(),
+        super::deadline::HOST_CALL_GRACE.as_millis()
+    )]
     TimedOut(std::time::Duration),
 }
 
@@ -101,4 +105,17 @@ pub(crate) async fn trial_instance<G: Guest>(
             made => return made,
         }
     }
+}
+
+/// `starting` (instantiation, start functions, `_initialize`, the load's
+/// version probe) held to the wall clock: `timeout` and the host-call
+/// grace, as a request is, since a guest waiting in a host call is out of
+/// the epochs' reach.
+pub(crate) async fn started_within<T>(
+    timeout: std::time::Duration,
+    starting: impl Future<Output = Result<T, GuestError>>,
+) -> Result<T, GuestError> {
+    tokio::time::timeout(timeout + super::deadline::HOST_CALL_GRACE, starting)
+        .await
+        .map_err(|_| GuestError::TimedOut(timeout))?
 }

@@ -181,13 +181,12 @@ impl<G: Guest> InstancePool<G> {
                         tracing::warn!(servlet = %self.info.name, request_id = %ctx.id, "no free instance slot (server.max_instances)");
                         return Err(RequestError::ServletBusy);
                     }
-                    Err(e @ GuestError::TimedOut(_)) => {
-                        tracing::warn!(servlet = %self.info.name, request_id = %ctx.id, error = %e, "instantiation failed");
-                        return Err(RequestError::ServletTimeout);
-                    }
                     Err(e) => {
                         tracing::warn!(servlet = %self.info.name, request_id = %ctx.id, error = %e, "instantiation failed");
-                        return Err(RequestError::ServletFault);
+                        return Err(match e {
+                            GuestError::TimedOut(_) => RequestError::ServletTimeout,
+                            _ => RequestError::ServletFault,
+                        });
                     }
                 }
             }

@@ -26,7 +26,6 @@ mod p3_serve;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use http::{Request, Response};
 use http_body::Body as HttpBody;
@@ -44,7 +43,8 @@ pub(crate) use body::{BodyVerdict, LimitedBody};
 pub(crate) use linkers::Linkers;
 
 use super::LoadError;
-use super::deadline::Deadline;
+use super::deadline::{Deadline, HOST_CALL_GRACE};
+use super::guest::started_within;
 use super::guest::{Guest, GuestError, Lent};
 use super::info::{CallContext, ServletInfo};
 use super::outbound::Outbound;
@@ -61,9 +61,6 @@ use p3::P3Use;
 
 /// The export every wasi:http 0.2 component has.
 pub(crate) const INCOMING_HANDLER: &str = "wasi:http/incoming-handler@0.2.12";
-/// Extra time, past its own deadline, that a guest blocked in a host call
-/// (which epochs cannot interrupt) gets before its request is abandoned.
-const HOST_CALL_GRACE: Duration = Duration::from_millis(500);
 
 /// Whether `bytes` is a component (rather than a core module).
 pub(crate) fn is_component(bytes: &[u8]) -> bool {
@@ -311,16 +308,16 @@ impl Guest for ComponentGuest {
                 Pre::P3(pre) => pre.instantiate_async(&mut store).await.map(Handler::P3),
             }
         };
-        let handler = tokio::time::timeout(limits.timeout + HOST_CALL_GRACE, start)
-            .await
-            .map_err(|_| GuestError::TimedOut(limits.timeout))?;
-        let handler = match handler {
-            Ok(h) => h,
-            Err(e) if e.is::<wasmtime::PoolConcurrencyLimitError>() => {
-                return Err(GuestError::PoolFull);
-            }
-            Err(e) => return Err(GuestError::Failed(e)),
-        };
+        let handler = started_within(limits.timeout, async {
+            start.await.map_err(|e| {
+                if e.is::<wasmtime::PoolConcurrencyLimitError>() {
+                    GuestError::PoolFull
+                } else {
+                    GuestError::Failed(e)
+                }
+            })
+        })
+        .await?;
         Ok(ComponentInstance { store, handler })
     }
 

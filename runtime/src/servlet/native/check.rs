@@ -175,13 +175,13 @@ pub(crate) fn load(
             let limit = guest.info.limits.timeout;
             ready.store.data_mut().deadline = crate::servlet::deadline::Deadline::after(limit);
             ready.store.set_epoch_deadline(1);
-            tokio::time::timeout(
-                limit + super::HOST_CALL_GRACE,
-                version.call_async(&mut ready.store, ()),
-            )
-            .await
-            .map_err(|_| GuestError::TimedOut(limit))?
-            .map_err(GuestError::Failed)
+            let probe = async {
+                version
+                    .call_async(&mut ready.store, ())
+                    .await
+                    .map_err(GuestError::Failed)
+            };
+            crate::servlet::guest::started_within(limit, probe).await
         })
     };
     let found = match trial {

@@ -13,7 +13,6 @@ mod kv;
 mod memory;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -25,7 +24,8 @@ pub use abi::ABI_VERSION;
 pub use check::LoadError;
 pub(crate) use check::load;
 
-use super::deadline::Deadline;
+use super::deadline::{Deadline, HOST_CALL_GRACE};
+use super::guest::started_within;
 use super::guest::{Guest, GuestError, Lent};
 use super::info::{CallContext, ServletInfo};
 use super::outbound::Outbound;
@@ -34,10 +34,6 @@ use crate::engine::{Engine, PerTier, Tier};
 use crate::request::{BodyPolicy, RequestError, body};
 use crate::store::{StoreAccess, Stores};
 use host::{Host, RequestData, ResponseData};
-
-/// Extra time, past its own deadline, that a servlet blocked in a host call
-/// (which epochs cannot interrupt) gets before its request is abandoned.
-pub(super) const HOST_CALL_GRACE: Duration = Duration::from_millis(500);
 
 /// What native guests may import, per compiler tier.
 pub(crate) struct Linkers(PerTier<Linker<Host>>);
@@ -162,9 +158,7 @@ impl Guest for NativeGuest {
             }
             Ok(instance)
         };
-        let instance = tokio::time::timeout(limits.timeout + HOST_CALL_GRACE, start)
-            .await
-            .map_err(|_| GuestError::TimedOut(limits.timeout))??;
+        let instance = started_within(limits.timeout, start).await?;
         Ok(NativeInstance {
             store,
             instance,
