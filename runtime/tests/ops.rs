@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{get, h2_frame, raw, site, start, status_of, stop, stop_with_code, term};
+use support::{get, h2_frame, raw, sample, site, start, status_of, stop, stop_with_code, term};
 
 /// `/who`: answers the remote address the servlet sees (ABI part 6).
 const WHO: &str = r#"(module
@@ -46,17 +46,6 @@ fn with_servlets(config: &str) -> tempfile::TempDir {
 
 fn body(reply: &str) -> &str {
     reply.split_once("\r\n\r\n").map_or("", |(_, b)| b)
-}
-
-/// The value of the first sample of `name` whose labels contain every
-/// `labels` pair.
-fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .find(|l| labels.iter().all(|want| l.contains(want)))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 /// Polls `/readyz` until it answers 200.
@@ -1089,13 +1078,12 @@ fn an_http1_client_that_leaves_while_its_servlet_runs_is_a_499_of_that_route() {
         );
         // Its place is free: nothing of the spin servlet runs any more.
         let metrics = get(&admin, "/metrics");
-        let running = metrics
-            .lines()
-            .find(|l| {
-                l.starts_with("swan_servlet_requests_in_flight{") && l.contains("route=\"/spin/*\"")
-            })
-            .unwrap_or_else(|| panic!("{how}: no in-flight gauge for /spin/*: {metrics}"));
-        assert!(running.ends_with(" 0.0"), "{how}: {running}");
+        let running = sample(
+            &metrics,
+            "swan_servlet_requests_in_flight",
+            &["route=\"/spin/*\""],
+        );
+        assert_eq!(running, Some(0.0), "{how}: {metrics}");
     }
     let metrics = get(&admin, "/metrics");
     assert!(

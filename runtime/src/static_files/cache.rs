@@ -106,7 +106,7 @@ impl SiteCache {
             .as_deref()
             .and_then(|v| HeaderValue::from_str(v).ok());
         let mut loader = Loader {
-            root: &root,
+            root: Arc::from(root.as_path()),
             servlets: site
                 .servlets
                 .as_ref()
@@ -180,7 +180,9 @@ impl SiteCache {
 const MAX_NAMES: u32 = 8;
 
 struct Loader<'a> {
-    root: &'a Path,
+    /// The root, resolved; shared with every streamed file, which is
+    /// opened beneath it.
+    root: Arc<Path>,
     /// The site's servlets folder, when it lies inside the root: never
     /// served (its modules, sources and build output are not public).
     servlets: Option<PathBuf>,
@@ -230,7 +232,7 @@ impl Loader<'_> {
                 tracing::warn!(site = %self.site.name, file = ?path, "skipped: broken link");
                 continue;
             };
-            if !real.starts_with(self.root) {
+            if !real.starts_with(&self.root) {
                 tracing::warn!(site = %self.site.name, file = ?path, target = ?real, "skipped: link points outside the site root");
                 continue;
             }
@@ -267,7 +269,7 @@ impl Loader<'_> {
     /// in the servlets folder, or a dotfile or in a dot-folder (a link to
     /// one is not a way to serve it).
     fn private(&self, real: &Path) -> bool {
-        let hidden = real.strip_prefix(self.root).is_ok_and(|inside| {
+        let hidden = real.strip_prefix(&self.root).is_ok_and(|inside| {
             inside
                 .components()
                 .any(|c| c.as_os_str().as_encoded_bytes().starts_with(b"."))
@@ -346,7 +348,7 @@ impl Loader<'_> {
             let file = DiskFile {
                 rep,
                 path: path.to_path_buf(),
-                root: Arc::from(self.root),
+                root: self.root.clone(),
                 modified,
                 brotli,
                 gzip,
@@ -455,7 +457,7 @@ impl Loader<'_> {
         if self.private(&real) {
             return None;
         }
-        if !real.starts_with(self.root) {
+        if !real.starts_with(&self.root) {
             tracing::warn!(site = %self.site.name, file = ?sibling, target = ?real, "precompressed sibling ignored: it points outside the site root");
             return None;
         }
@@ -503,10 +505,8 @@ impl Loader<'_> {
 
 /// Counts compressed variants held in memory.
 fn count_variants(stats: &mut CacheStats, variants: [&Option<Variant>; 2]) {
-    for v in variants.into_iter().flatten() {
-        stats.cached_bytes += v.body.len() as u64;
-        stats.compressed_variants += 1;
-    }
+    stats.cached_bytes += super::entry::bytes_of(variants);
+    stats.compressed_variants += variants.into_iter().flatten().count();
 }
 
 /// Where a file's variants come from besides its siblings: its body in

@@ -47,14 +47,19 @@ pub struct CachedFile {
     pub(super) fingerprint: Fingerprint,
 }
 
+/// Bytes `variants` hold in memory.
+pub(super) fn bytes_of(variants: [&Option<Variant>; 2]) -> u64 {
+    variants
+        .into_iter()
+        .flatten()
+        .map(|v| v.body.len() as u64)
+        .sum()
+}
+
 impl CachedFile {
     /// Bytes it holds in memory, variants included.
     pub(super) fn held(&self) -> u64 {
-        let variants = [&self.brotli, &self.gzip].into_iter().flatten();
-        variants
-            .chain([&self.identity])
-            .map(|v| v.body.len() as u64)
-            .sum()
+        self.identity.body.len() as u64 + bytes_of([&self.brotli, &self.gzip])
     }
 }
 
@@ -80,8 +85,7 @@ pub struct DiskFile {
 impl DiskFile {
     /// Bytes its precompressed siblings hold in memory.
     pub(super) fn siblings_held(&self) -> u64 {
-        let variants = [&self.brotli, &self.gzip].into_iter().flatten();
-        variants.map(|v| v.body.len() as u64).sum()
+        bytes_of([&self.brotli, &self.gzip])
     }
 }
 

@@ -12,10 +12,7 @@ use std::path::Path;
 /// - without following a link in its last component;
 /// - without waiting (`O_NONBLOCK`): the caller then finds a FIFO is not
 ///   a regular file.
-pub(super) fn beneath(
-    root: &std::path::Path,
-    path: &std::path::Path,
-) -> std::io::Result<std::fs::File> {
+pub(super) fn beneath(root: &Path, path: &Path) -> std::io::Result<std::fs::File> {
     use rustix::fs::{Mode, OFlags, ResolveFlags};
     let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let inside = path

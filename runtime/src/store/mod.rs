@@ -63,10 +63,9 @@ pub struct KeyPage {
 
 /// One store.
 pub struct Store {
-    name: String,
-    /// What it was opened with (a reload compares against it).
+    /// What it was opened with: its name and limits (a reload compares
+    /// against it).
     config: StoreConfig,
-    limits: StoreLimits,
     backend: Backend,
     stats: StoreStats,
 }
@@ -93,7 +92,7 @@ enum Backend {
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("name", &self.name)
+            .field("name", &self.config.name)
             .field("kind", &self.kind())
             .finish_non_exhaustive()
     }
@@ -116,9 +115,7 @@ impl Store {
             )?)),
         };
         Ok(Store {
-            name: config.name.clone(),
             config: config.clone(),
-            limits: config.limits,
             backend,
             stats: StoreStats::default(),
         })
@@ -126,7 +123,7 @@ impl Store {
 
     /// The store's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.config.name
     }
 
     /// The settings it was opened with.
@@ -144,7 +141,7 @@ impl Store {
 
     /// The store's limits.
     pub fn limits(&self) -> StoreLimits {
-        self.limits
+        self.config.limits
     }
 
     /// What it has done.
@@ -177,14 +174,14 @@ impl Store {
     }
 
     fn check_key(&self, key: &str) -> Result<(), StoreError> {
-        if key.len() as u64 > self.limits.max_key_bytes {
+        if key.len() as u64 > self.config.limits.max_key_bytes {
             return Err(StoreError::Limit("key too large"));
         }
         Ok(())
     }
 
     fn check_value(&self, value: &[u8]) -> Result<(), StoreError> {
-        if value.len() as u64 > self.limits.max_value_bytes {
+        if value.len() as u64 > self.config.limits.max_value_bytes {
             return Err(StoreError::Limit("value too large"));
         }
         Ok(())
@@ -253,7 +250,7 @@ impl Store {
     ) -> Result<KeyPage, StoreError> {
         let result = async {
             self.check_key(prefix)?;
-            let limit = limit.clamp(1, self.limits.max_list_keys);
+            let limit = limit.clamp(1, self.config.limits.max_list_keys);
             match &self.backend {
                 Backend::Embedded(b) => b.list(prefix, cursor, limit),
                 // Many round trips on a large keyspace: each has `timeout`.
@@ -437,7 +434,7 @@ impl StoreAccess {
             }
         };
         let ops = &mut self.ops[i].1;
-        if ops.saturating_add(n) > store.limits.max_ops_per_request {
+        if ops.saturating_add(n) > store.config.limits.max_ops_per_request {
             return store.tally(Err(StoreError::Limit(
                 "too many store operations in this request",
             )));
