@@ -81,6 +81,37 @@ async fn json_api_handles_queries_json_bodies_and_bad_input() -> Result<()> {
     assert_eq!(r.header("allow"), "POST");
     let r = server.get("/json-api/nope").await?;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
+    // Odd input: a media type in capitals with a parameter is JSON, a
+    // look-alike is not; an empty sum is 0 and an infinite one a 400,
+    // not `null`; names count characters, not bytes; HEAD is GET's head.
+    let r = server
+        .send(post(
+            r#"{"numbers":[]}"#,
+            "Application/JSON; charset=utf-8",
+        )?)
+        .await?;
+    assert_eq!(r.text(), r#"{"sum":0.0,"count":0}"#);
+    let r = server
+        .send(post(r#"{"numbers":[1e308,1e308]}"#, "application/json")?)
+        .await?;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text());
+    let r = server
+        .send(post(r#"{"numbers":[1]}"#, "application/jsonp")?)
+        .await?;
+    assert_eq!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let r = server
+        .get(&format!("/json-api?name={}", "%C3%A9".repeat(60)))
+        .await?;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let r = server
+        .get(&format!("/json-api?name={}", "e".repeat(101)))
+        .await?;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let r = server
+        .send(Request::head(server.url("/json-api?name=x")).body(Full::default())?)
+        .await?;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.body.is_empty());
     Ok(())
 }
 

@@ -23,7 +23,7 @@ addEventListener('fetch', (event) => event.respondWith(handle(event.request)));
 async function handle(request) {
   const url = new URL(request.url);
   if (url.pathname.endsWith('/headers')) {
-    return reply(200, TEXT, `x-test=${request.headers.get('x-test') ?? ''}`);
+    return reply(200, TEXT, `x-test=${utf8(request.headers.get('x-test') ?? '')}`);
   }
   if (url.pathname.endsWith('/env')) {
     const env = new Map(getEnvironment());
@@ -44,10 +44,19 @@ function add(text) {
   } catch {
     return reply(400, TEXT, 'invalid JSON');
   }
-  if (!Number.isInteger(data?.a) || !Number.isInteger(data?.b)) {
+  // Safe integers only: past 2^53 a JS number is not the integer sent,
+  // and the sum would be wrong.
+  if (!Number.isSafeInteger(data?.a) || !Number.isSafeInteger(data?.b)) {
     return reply(400, TEXT, 'expected {"a": <int>, "b": <int>}');
   }
   return reply(200, 'application/json', JSON.stringify({ sum: data.a + data.b }));
+}
+
+// A header value arrives as one character per byte (Latin-1): read its
+// bytes as the UTF-8 they are, as the Rust and Python versions do.
+function utf8(value) {
+  const bytes = Uint8Array.from(value, (c) => c.charCodeAt(0) & 0xff);
+  return new TextDecoder().decode(bytes);
 }
 
 function reply(status, contentType, body) {

@@ -2,12 +2,14 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `GET /guestbook` | 200, the entries, oldest first: `[{"id":1,"name":"Ada","message":"hi"}]` |
-//! | `POST /guestbook` `{"name": "...", "message": "..."}` | 201, the new entry |
+//! | `GET /guestbook[?after=ID]` | 200, at most 100 entries with IDs above `after` (default 0), oldest first: `[{"id":1,"name":"Ada","message":"hi"}]`; `Link: <...?after=N>; rel="next"` when there are more |
+//! | `HEAD /guestbook` | the same head, no body |
+//! | `POST /guestbook` `{"name": "...", "message": "..."}` | 201, the new entry (name 1 to 100 characters, message 1 to 1,000) |
 //! | `DELETE /guestbook/ID` | 204, or 404 when there is no such entry |
 //!
 //! Entries live at `entry:ID` (IDs from an atomic counter, zero-padded so
-//! keys list in order).
+//! keys list in order). A page reads one window of IDs, so a request costs
+//! at most 101 store operations however long the book grows.
 
 use serde::{Deserialize, Serialize};
 use swan_guest::kv::{Error, Store};
@@ -25,6 +27,13 @@ struct NewEntry {
     name: String,
     message: String,
 }
+
+/// Entries a page holds.
+const PAGE: i64 = 100;
+/// Longest name, in characters.
+const MAX_NAME: usize = 100;
+/// Longest message, in characters.
+const MAX_MESSAGE: usize = 1000;
 
 fn key(id: i64) -> String {
     format!("entry:{id:012}")
@@ -44,32 +53,39 @@ fn run(req: &Request) -> Result<Response, Error> {
     let store = Store::open("default")?;
     let id = req.path_info().trim_matches('/');
     match (req.method(), id) {
-        ("GET", "") => {
+        ("GET" | "HEAD", "") => {
+            let after = match req.query("after") {
+                None => 0,
+                Some(n) => match n.parse::<i64>() {
+                    Ok(n) if n >= 0 => n,
+                    _ => return Ok(Response::bad_request("after must be an entry ID (0 or more)")),
+                },
+            };
+            // The last ID given out (adding 0 reads the counter).
+            let last = store.increment("next-id", 0)?;
+            let end = last.min(after.saturating_add(PAGE));
             let mut entries = Vec::new();
-            let mut cursor = None;
-            loop {
-                let page = store.list("entry:", cursor)?;
-                for k in &page.keys {
-                    if let Some(bytes) = store.get(k)? {
-                        if let Ok(entry) = serde_json::from_slice::<Entry>(&bytes) {
-                            entries.push(entry);
-                        }
+            for id in after.saturating_add(1)..=end {
+                if let Some(bytes) = store.get(&key(id))? {
+                    if let Ok(entry) = serde_json::from_slice::<Entry>(&bytes) {
+                        entries.push(entry);
                     }
                 }
-                cursor = page.cursor;
-                if cursor.is_none() {
-                    break;
-                }
             }
-            entries.sort_by_key(|e| e.id);
-            Ok(Response::json(serde_json::to_string(&entries).unwrap_or_default()))
+            let mut res = Response::json(serde_json::to_string(&entries).unwrap_or_default());
+            if end < last {
+                res = res.header("link", &format!("<{}?after={end}>; rel=\"next\"", req.path()));
+            }
+            Ok(res)
         }
         ("POST", "") => {
             let Ok(new) = serde_json::from_slice::<NewEntry>(req.body()) else {
                 return Ok(Response::bad_request("expected {\"name\": \"...\", \"message\": \"...\"}"));
             };
-            if new.name.is_empty() || new.message.is_empty() || new.message.len() > 1000 {
-                return Ok(Response::bad_request("name and message must be non-empty, message at most 1000 bytes"));
+            if !(1..=MAX_NAME).contains(&new.name.chars().count())
+                || !(1..=MAX_MESSAGE).contains(&new.message.chars().count())
+            {
+                return Ok(Response::bad_request("name must have 1 to 100 characters, message 1 to 1000"));
             }
             let id = store.increment("next-id", 1)?;
             let entry = Entry {
@@ -91,8 +107,8 @@ fn run(req: &Request) -> Result<Response, Error> {
                 Ok(Response::not_found())
             }
         }
-        ("GET" | "POST", _) => Ok(Response::not_found()),
-        _ => Ok(Response::method_not_allowed("GET, POST, DELETE")),
+        ("GET" | "HEAD" | "POST", _) => Ok(Response::not_found()),
+        _ => Ok(Response::method_not_allowed("GET, HEAD, POST, DELETE")),
     }
 }
 

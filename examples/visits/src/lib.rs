@@ -1,12 +1,14 @@
 //! A visit counter: every request adds one to `visits` in the route's
-//! `default` store, atomically, and answers the new count. Route it with
+//! `default` store, atomically, and answers the new count (HEAD, which is
+//! safe, counts nothing: its head is GET's). Route it with
 //! `stores = ["default"]`; on Redis, every swan process counts together.
 
 use swan_guest::kv::{Error, Store};
 use swan_guest::{Request, Response};
 
-fn visits(_req: Request) -> Response {
-    let count = Store::open("default").and_then(|store| store.increment("visits", 1));
+fn visits(req: Request) -> Response {
+    let delta = if req.method() == "HEAD" { 0 } else { 1 };
+    let count = Store::open("default").and_then(|store| store.increment("visits", delta));
     match count {
         Ok(n) => Response::text(format!("{n}")),
         // Redis down: say so; swan would answer 503 for us if we failed.

@@ -6,11 +6,15 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `GET /visits` | 200, the count after adding one (atomic increment) |
-//! | `GET /guestbook` | 200, the entries, oldest first: `[{"id":1,"name":"Ada","message":"hi"}]` |
-//! | `POST /guestbook` `{"name": "...", "message": "..."}` | 201, the new entry |
+//! | `GET /visits` | 200, the count after adding one (atomic increment; HEAD adds nothing) |
+//! | `GET /guestbook[?after=ID]` | 200, at most 100 entries with IDs above `after` (default 0), oldest first: `[{"id":1,"name":"Ada","message":"hi"}]`; `Link: <...?after=N>; rel="next"` when there are more |
+//! | `HEAD /guestbook` | the same head, no body |
+//! | `POST /guestbook` `{"name": "...", "message": "..."}` | 201, the new entry (name 1 to 100 characters, message 1 to 1,000); 413 past 16 KiB |
 //! | `DELETE /guestbook/ID` | 204, or 404 when there is no such entry |
-//! | anything, store unavailable | 503 |
+//! | anything, store unavailable | 503 with `Retry-After` |
+//!
+//! A guestbook page reads one window of IDs: at most 101 store operations
+//! a request however long the book grows.
 
 use serde::{Deserialize, Serialize};
 use wasi::http::types::{
@@ -42,12 +46,40 @@ struct NewEntry {
     message: String,
 }
 
-/// A response: status, content type, body.
-type Answer = (u16, &'static str, Vec<u8>);
+/// A response: status, content type, body, and one more header.
+struct Answer {
+    status: u16,
+    content_type: &'static str,
+    body: Vec<u8>,
+    header: Option<(&'static str, String)>,
+}
 
 fn text(status: u16, body: &str) -> Answer {
-    (status, "text/plain; charset=utf-8", body.as_bytes().to_vec())
+    reply(status, "text/plain; charset=utf-8", body.as_bytes().to_vec())
 }
+
+fn reply(status: u16, content_type: &'static str, body: Vec<u8>) -> Answer {
+    Answer {
+        status,
+        content_type,
+        body,
+        header: None,
+    }
+}
+
+impl Answer {
+    fn with(mut self, name: &'static str, value: String) -> Answer {
+        self.header = Some((name, value));
+        self
+    }
+}
+
+/// Entries a page holds.
+const PAGE: u64 = 100;
+/// Longest name, in characters.
+const MAX_NAME: usize = 100;
+/// Longest message, in characters.
+const MAX_MESSAGE: usize = 1000;
 
 fn key(id: u64) -> String {
     format!("entry:{id:012}")
@@ -56,25 +88,27 @@ fn key(id: u64) -> String {
 /// Largest request body read (a guestbook entry is small).
 const MAX_BODY: u64 = 16 * 1024;
 
-fn read_body(request: &IncomingRequest) -> Option<Vec<u8>> {
-    let body = request.consume().ok()?;
-    let stream = body.stream().ok()?;
+/// The request body; `Err(413)` past [`MAX_BODY`], `Err(400)` when it
+/// cannot be read.
+fn read_body(request: &IncomingRequest) -> Result<Vec<u8>, u16> {
+    let body = request.consume().map_err(|()| 400u16)?;
+    let stream = body.stream().map_err(|()| 400u16)?;
     let mut bytes = Vec::new();
     loop {
         match stream.blocking_read(4096) {
             Ok(chunk) => {
                 bytes.extend_from_slice(&chunk);
                 if bytes.len() as u64 > MAX_BODY {
-                    return None;
+                    return Err(413);
                 }
             }
             Err(wasi::io::streams::StreamError::Closed) => break,
-            Err(_) => return None,
+            Err(_) => return Err(400),
         }
     }
     drop(stream);
     IncomingBody::finish(body);
-    Some(bytes)
+    Ok(bytes)
 }
 
 fn guestbook(
@@ -84,34 +118,46 @@ fn guestbook(
     request: &IncomingRequest,
 ) -> Result<Answer, store::Error> {
     match (method, id) {
-        (Method::Get, "") => {
+        (Method::Get | Method::Head, "") => {
+            let after = match query(request, "after") {
+                None => 0,
+                Some(n) => match n.parse::<u64>() {
+                    Ok(n) => n,
+                    Err(_) => return Ok(text(400, "after must be an entry ID (0 or more)")),
+                },
+            };
+            // The last ID given out (adding 0 reads the counter).
+            let last = atomics::increment(bucket, "next-id", 0)?;
+            let end = last.min(after.saturating_add(PAGE));
             let mut entries = Vec::new();
-            let mut cursor = None;
-            loop {
-                let page = extras::list_prefix(bucket, "entry:", cursor)?;
-                for k in &page.keys {
-                    if let Some(bytes) = bucket.get(k)? {
-                        if let Ok(entry) = serde_json::from_slice::<Entry>(&bytes) {
-                            entries.push(entry);
-                        }
+            for id in after.saturating_add(1)..=end {
+                if let Some(bytes) = bucket.get(&key(id))? {
+                    if let Ok(entry) = serde_json::from_slice::<Entry>(&bytes) {
+                        entries.push(entry);
                     }
                 }
-                cursor = page.cursor;
-                if cursor.is_none() {
-                    break;
-                }
             }
-            entries.sort_by_key(|e| e.id);
             let json = serde_json::to_vec(&entries).unwrap_or_default();
-            Ok((200, "application/json", json))
+            let page = reply(200, "application/json", json);
+            Ok(if end < last {
+                page.with("link", format!("</guestbook?after={end}>; rel=\"next\""))
+            } else {
+                page
+            })
         }
         (Method::Post, "") => {
-            let new = read_body(request).and_then(|b| serde_json::from_slice::<NewEntry>(&b).ok());
+            let new = match read_body(request) {
+                Ok(body) => serde_json::from_slice::<NewEntry>(&body).ok(),
+                Err(413) => return Ok(text(413, "at most 16 KiB")),
+                Err(_) => None,
+            };
             let Some(new) = new else {
                 return Ok(text(400, "expected {\"name\": \"...\", \"message\": \"...\"}"));
             };
-            if new.name.is_empty() || new.message.is_empty() || new.message.len() > 1000 {
-                return Ok(text(400, "name and message must be non-empty, message at most 1000 bytes"));
+            if !(1..=MAX_NAME).contains(&new.name.chars().count())
+                || !(1..=MAX_MESSAGE).contains(&new.message.chars().count())
+            {
+                return Ok(text(400, "name must have 1 to 100 characters, message 1 to 1000"));
             }
             let id = atomics::increment(bucket, "next-id", 1)?;
             let entry = Entry {
@@ -121,21 +167,36 @@ fn guestbook(
             };
             let json = serde_json::to_vec(&entry).unwrap_or_default();
             bucket.set(&key(id), &json)?;
-            Ok((201, "application/json", json))
+            Ok(reply(201, "application/json", json))
         }
         (Method::Delete, id) if !id.is_empty() => {
             let Ok(id) = id.parse::<u64>() else {
                 return Ok(text(404, "not found"));
             };
+            // Two clients deleting one entry at once may both see it here:
+            // wasi:keyvalue's delete does not say whether the key was
+            // there (the native example's `kv_delete` does).
             if !bucket.exists(&key(id))? {
                 return Ok(text(404, "not found"));
             }
             bucket.delete(&key(id))?;
-            Ok((204, "text/plain", Vec::new()))
+            Ok(reply(204, "text/plain", Vec::new()))
         }
-        (Method::Get | Method::Post, _) => Ok(text(404, "not found")),
-        _ => Ok(text(405, "use GET, POST or DELETE")),
+        (Method::Get | Method::Head | Method::Post, _) => Ok(text(404, "not found")),
+        _ => Ok(text(405, "use GET, HEAD, POST or DELETE")
+            .with("allow", "GET, HEAD, POST, DELETE".to_owned())),
     }
+}
+
+/// The first value of query parameter `name` (no percent-decoding: the
+/// values this example reads are digits).
+fn query(request: &IncomingRequest, name: &str) -> Option<String> {
+    let full = request.path_with_query()?;
+    let (_, query) = full.split_once('?')?;
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then(|| v.to_owned())
+    })
 }
 
 fn answer(request: &IncomingRequest) -> Answer {
@@ -145,14 +206,18 @@ fn answer(request: &IncomingRequest) -> Answer {
     let route = parts.next().unwrap_or("");
     let rest = parts.next().unwrap_or("").trim_matches('/');
     let result = store::open("default").and_then(|bucket| match route {
-        "visits" => atomics::increment(&bucket, "visits", 1).map(|n| text(200, &n.to_string())),
+        "visits" => {
+            // HEAD is safe: it counts nothing.
+            let delta = if matches!(request.method(), Method::Head) { 0 } else { 1 };
+            atomics::increment(&bucket, "visits", delta).map(|n| text(200, &n.to_string()))
+        }
         "guestbook" => guestbook(&bucket, &request.method(), rest, request),
         _ => Ok(text(404, "install this component as visits.wasm or guestbook.wasm")),
     });
     match result {
         Ok(answer) => answer,
         Err(store::Error::Other(e)) if e.contains("unavailable") => {
-            text(503, "the store is unavailable, try again")
+            text(503, "the store is unavailable, try again").with("retry-after", "1".to_owned())
         }
         Err(e) => text(500, &format!("store error: {e:?}")),
     }
@@ -162,10 +227,17 @@ struct State;
 
 impl wasi::exports::http::incoming_handler::Guest for State {
     fn handle(request: IncomingRequest, out: ResponseOutparam) {
-        let (status, content_type, body) = answer(&request);
-        let Ok(headers) =
-            Fields::from_list(&[("content-type".to_owned(), content_type.as_bytes().to_vec())])
-        else {
+        let Answer {
+            status,
+            content_type,
+            body,
+            header,
+        } = answer(&request);
+        let mut fields = vec![("content-type".to_owned(), content_type.as_bytes().to_vec())];
+        if let Some((name, value)) = header {
+            fields.push((name.to_owned(), value.into_bytes()));
+        }
+        let Ok(headers) = Fields::from_list(&fields) else {
             return;
         };
         let response = OutgoingResponse::new(headers);
