@@ -20,6 +20,7 @@ use wasmtime::{Enabled, InstanceAllocationStrategy, PoolingAllocationConfig};
 use crate::config::ServerConfig;
 
 mod code_cache;
+mod code_files;
 
 use code_cache::{CodeCache, Compiler};
 

@@ -298,7 +298,9 @@ fn shell_word(path: &Path) -> String {
 
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // notify's own notes (a watch removed with its folder) are not
+        // news for an operator.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,notify=warn"));
     // Colours only on a terminal, and never with NO_COLOR set.
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none();

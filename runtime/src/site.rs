@@ -57,8 +57,13 @@ impl Site {
             (None, _) => Arc::new(SiteServlets::default()),
         };
         if what.servlets {
-            for r in &servlets.refused {
-                tracing::error!(site = %config.name, "servlet refused: {}", r.error);
+            for r in servlets.refused.iter().filter(|r| r.fresh) {
+                let previous = if r.kept_previous {
+                    "; the previous version keeps serving"
+                } else {
+                    ""
+                };
+                tracing::error!(site = %config.name, "servlet refused: {}{previous}", r.error);
             }
         }
         if what.servlets || previous.is_none() {

@@ -7,6 +7,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -372,4 +373,130 @@ fn a_stop_during_an_upgrade_stops_the_new_process_too() {
     );
     let log = log.lock().expect("log").join("\n");
     assert!(log.contains("upgrade abandoned"), "{log}");
+}
+
+/// A source build that hangs (clang opening a FIFO nobody writes to) is
+/// killed when the server stops: SIGTERM ends the process within its
+/// drain, not after `build_timeout`. Before, the stop waited for the
+/// build (the reload thread was joined), here two minutes.
+#[test]
+fn a_stop_kills_a_source_build_that_hangs() {
+    let dir = site();
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nbuild_sources = true\nbuild_timeout = \"120s\"\n\
+         drain_timeout = \"1s\"\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
+    )
+    .expect("config");
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    let mut s = start(dir.path(), &[], false);
+    let (_log, rx) = log_lines(s.child.stderr.take().expect("stderr"));
+    // Made aside, then moved in whole: one build, of a complete folder.
+    let stuck = dir.path().join("stuck");
+    std::fs::create_dir(&stuck).expect("stuck");
+    std::fs::write(stuck.join("main.c"), "#include \"hang.h\"\nint x;\n").expect("main.c");
+    let made = Command::new("mkfifo")
+        .arg(stuck.join("hang.h"))
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    std::fs::rename(&stuck, dir.path().join("servlets/stuck")).expect("move in");
+    wait_line(&rx, "building servlet", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &s.child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let status = wait_exit(&mut s.child, Duration::from_secs(15));
+    // Whatever happened, nothing is left blocked on the FIFO: a writer
+    // that opens and closes it ends clang's read.
+    if status.is_none() {
+        let _ = s.child.kill();
+        let _ = s.child.wait();
+    }
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(dir.path().join("servlets/stuck/hang.h"));
+    let status = status.expect("the process exits while its build hangs");
+    assert!(status.success(), "{status}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+/// Started through a symlink that an install then flips to a new version
+/// (`current -> v2`), SIGUSR2 starts the new version: swan starts again
+/// the path it was started by, not the file the link named at start.
+/// Before, `/proc/self/exe` started the old version again.
+#[test]
+fn sigusr2_through_a_flipped_symlink_starts_the_new_version() {
+    let dir = site();
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let (v1, v2) = (dir.path().join("v1"), dir.path().join("v2"));
+    std::fs::create_dir(&v1).expect("v1");
+    std::fs::create_dir(&v2).expect("v2");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_swan"), v1.join("swan")).expect("v1 link");
+    // Version 2: leaves a mark, then is swan.
+    let marker = dir.path().join("v2-ran");
+    std::fs::write(
+        v2.join("swan"),
+        format!(
+            "#!/bin/sh\ntouch '{}'\nexec '{}' \"$@\"\n",
+            marker.display(),
+            env!("CARGO_BIN_EXE_swan")
+        ),
+    )
+    .expect("v2");
+    std::fs::set_permissions(
+        v2.join("swan"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let current = dir.path().join("current");
+    std::os::unix::fs::symlink("v1", &current).expect("current");
+    let mut old = start_program(
+        Command::new(current.join("swan")),
+        dir.path(),
+        &["--config", "swan.toml"],
+        false,
+    );
+    let (_log, rx) = log_lines(old.child.stderr.take().expect("stderr"));
+    let flipped = dir.path().join("current.new");
+    std::os::unix::fs::symlink("v2", &flipped).expect("flip");
+    std::fs::rename(&flipped, &current).expect("flip");
+    assert!(
+        Command::new("kill")
+            .args(["-USR2", &old.child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let line = wait_line(
+        &rx,
+        "is ready; this one stops accepting",
+        Duration::from_secs(60),
+    );
+    let new_pid: u32 = line
+        .split("new process ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    let status = wait_exit(&mut old.child, Duration::from_secs(30)).expect("old process exits");
+    let _ = Command::new("kill")
+        .args(["-TERM", &new_pid.to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while alive(new_pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(status.success(), "old process: {status}");
+    assert!(marker.exists(), "the upgrade started version 1 again");
 }

@@ -147,6 +147,11 @@ fn bad_names_languages_and_existing_folders_are_refused() {
     let bad = run(&["new", "Bad Name", "--lang", "rust", "--dir", "s"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid servlet name"));
+    // `target/` holds build output: such a servlet would never be built.
+    let target = run(&["new", "target", "--lang", "c", "--dir", "s"]);
+    assert_eq!(target.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&target.stderr).contains("build output"));
+    assert!(!dir.path().join("s/target").exists());
     let cobol = run(&["new", "x", "--lang", "cobol", "--dir", "s"]);
     assert_eq!(cobol.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&cobol.stderr).contains("swan new --list"));

@@ -1006,8 +1006,9 @@ fn an_http2_request_reset_before_its_answer_is_logged_as_499_and_bytes_are_those
 /// behind it, is noticed without a write: the servlet is
 /// stopped long before its `timeout`, its `max_concurrency` place goes to
 /// the next client, and the line says 499 with the servlet's route (not
-/// the static files' `-`). A body over `max_body_bytes` refused before
-/// any servlet runs is the route's too.
+/// the static files' `-`). What the servlet printed before it was stopped
+/// is still logged with its request id. A body over `max_body_bytes`
+/// refused before any servlet runs is the route's too.
 #[test]
 fn an_http1_client_that_leaves_while_its_servlet_runs_is_a_499_of_that_route() {
     let dir = with_servlets(
@@ -1020,13 +1021,14 @@ fn an_http1_client_that_leaves_while_its_servlet_runs_is_a_499_of_that_route() {
     std::fs::create_dir(dir.path().join("logs")).expect("logs");
     std::fs::write(
         dir.path().join("servlets/spin.wasm"),
-        wat::parse_str(SPIN).expect("spin"),
+        wat::parse_str(PRINT_THEN_SPIN).expect("spin"),
     )
     .expect("spin");
     let s = start(dir.path(), &[], true);
     let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
     let log = dir.path().join("logs/access.log");
     let spin = b"GET /spin HTTP/1.1\r\nHost: a\r\n\r\n";
+    let mut ids = Vec::new();
     // A close, a reset, a client that only ends its sending side, and one
     // that closes with a second request still unread behind the first.
     for (n, how) in ["close", "reset", "shutdown", "pipelined"]
@@ -1071,6 +1073,7 @@ fn an_http1_client_that_leaves_while_its_servlet_runs_is_a_499_of_that_route() {
         let line: serde_json::Value = serde_json::from_str(&lines[n]).expect("a JSON line");
         assert_eq!(line["status"], 499, "{how}: {lines:?}");
         assert_eq!(line["route"], "/spin/*", "{how}: {lines:?}");
+        ids.push(line["request_id"].as_str().expect("an id").to_owned());
         let ms = line["duration_ms"].as_f64().expect("duration");
         assert!(
             ms < 2500.0,
@@ -1108,8 +1111,30 @@ fn an_http1_client_that_leaves_while_its_servlet_runs_is_a_499_of_that_route() {
         (&413.into(), &"/who/*".into()),
         "{lines:?}"
     );
-    stop(s.child);
+    let server_log = stop(s.child);
+    for id in &ids {
+        assert!(
+            server_log.lines().any(|l| l.contains("spinning now")
+                && l.contains("stdout")
+                && l.contains(id.as_str())),
+            "the output of {id} is not in the log:\n{server_log}"
+        );
+    }
 }
+
+/// Prints a line to stdout (WASI `fd_write`), then spins.
+const PRINT_THEN_SPIN: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write"
+    (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "spinning now\n")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32)
+    (i32.store (i32.const 0) (i32.const 16))
+    (i32.store (i32.const 4) (i32.const 13))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+    (loop $l (br $l))
+    i32.const 0))"#;
 
 /// Connections held open on the admin listener (idle, or a flood) never
 /// keep a probe waiting: past its cap of 1,024 the oldest is closed and
@@ -1311,6 +1336,71 @@ fn guest_log_lines_are_capped_in_number_and_cannot_forge_server_lines() {
     stop(child);
 }
 
+/// `/bad`: passes `request_get` a buffer outside its memory, from a
+/// function whose name (in the module's name section) tries to forge a
+/// server log line.
+const BAD_POINTER: &str = r#"(module
+  (import "swan" "request_get" (func $get (param i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func $inner (@name "inner\n2026-12-02T00:00:00.000000Z ERROR swan: forged") (result i32)
+    (call $get (i32.const 1) (i32.const 0x7fffff00) (i32.const 4096)))
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func $swan_handle (export "swan_handle") (result i32) (drop (call $inner)) i32.const 0))"#;
+
+/// A guest's failure is one log line that names the host call it broke
+/// and the guest's frames, with the names a module gave its functions
+/// escaped. Before, wasmtime's backtrace spread over several lines, the
+/// forged name stood alone as a line with its own timestamp, and the call
+/// was not named.
+#[test]
+fn a_guest_fault_is_one_log_line_naming_the_host_call() {
+    let dir = with_servlets(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[log]\naccess = \"stdout\"\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
+    );
+    std::fs::write(
+        dir.path().join("servlets/bad.wasm"),
+        wat::parse_str(BAD_POINTER).expect("bad"),
+    )
+    .expect("bad");
+    let (child, public, lines) = serve_logging_to_stdout(dir.path());
+    assert_eq!(status_of(&get(&public, "/bad")), 500);
+    let mut logged = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                let done = line.contains("servlet trapped");
+                logged.push(line);
+                if done {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    let fault = logged
+        .iter()
+        .find(|l| l.contains("servlet trapped"))
+        .unwrap_or_else(|| panic!("no fault logged: {logged:#?}"));
+    for want in [
+        "outside its memory",
+        "in swan::request_get",
+        "at inner\\u{a}2026-12-02T00:00:00.000000Z ERROR swan: forged",
+        "< swan_handle",
+    ] {
+        assert!(fault.contains(want), "{want:?} not in {fault:?}");
+    }
+    // Nothing more of it on the lines that follow.
+    while let Ok(line) = lines.recv_timeout(Duration::from_millis(300)) {
+        assert!(
+            !line.starts_with(' ') && !line.contains("forged"),
+            "a line of the fault's own: {line:?}"
+        );
+    }
+    stop(child);
+}
+
 /// A store whose settings change in a reloaded configuration keeps its
 /// running settings until a restart, and the log says so (before, the
 /// change was silently ignored).
@@ -1337,6 +1427,33 @@ fn a_store_changed_by_a_reload_is_named_in_the_log() {
         "{line:?}"
     );
     stop(child);
+}
+
+/// With `ready_needs_stores = false`, a store that fails leaves `/readyz`
+/// green: several processes sharing one Redis would otherwise all leave
+/// their balancer together, static files included. The same setup with
+/// the default goes 503 within seconds (the test below).
+#[test]
+fn readiness_can_leave_the_stores_out() {
+    let dir = with_servlets(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\nready_needs_stores = false\n\
+         [[store]]\nname = \"sessions\"\nkind = \"embedded\"\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n\
+         [site.servlet]\nstores = [\"sessions\"]\n",
+    );
+    let s = start(dir.path(), &[], true);
+    let admin = s.admin.clone().expect("admin");
+    assert!(ready_within(&admin, Duration::from_secs(10)));
+    let file = dir.path().join("data/sessions.redb");
+    std::fs::rename(&file, dir.path().join("data/away.redb")).expect("move the file away");
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let reply = get(&admin, "/readyz");
+        assert_eq!(status_of(&reply), 200, "{reply}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop(s.child);
 }
 
 /// `/readyz` checks the stores some route lists now: one a reload left

@@ -416,6 +416,13 @@ async fn a_file_that_is_not_binary_webassembly_is_refused_without_quoting_it() -
     )
     .await?;
     std::os::unix::fs::symlink(&secret, site2.path().join("servlets/linked.wasm"))?;
+    // A gigabyte (sparse) with the magic number is refused for its size,
+    // not read whole; two bytes are too short for a magic number.
+    let huge = std::fs::File::create(site2.path().join("servlets/huge.wasm"))?;
+    std::io::Write::write_all(&mut &huge, b"\0asm\x01\0\0\0")?;
+    huge.set_len(1 << 30)?;
+    drop(huge);
+    site2.file("servlets/short.wasm", b"\0a")?;
     site2.file("servlets/ok.wasm", ok_module())?;
     assert!(
         eventually(WAIT, || async {
@@ -432,6 +439,18 @@ async fn a_file_that_is_not_binary_webassembly_is_refused_without_quoting_it() -
     );
     assert!(
         refused.iter().any(|e| e.contains("linked.wasm")),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|e| e.contains("huge.wasm") && e.contains("1073741824 bytes, over the")),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|e| e.contains("short.wasm") && e.contains("magic number")),
         "{refused:?}"
     );
     assert!(

@@ -101,6 +101,29 @@ async fn malformed_requests_get_400_and_the_connection_closes() -> Result<()> {
     Ok(())
 }
 
+/// `OPTIONS *` is a ping (RFC 9110 §9.3.7): 200 with no content. `*`
+/// with any other method names no resource: 400.
+#[tokio::test]
+async fn options_asterisk_is_answered_as_a_ping() -> Result<()> {
+    let (_site, server) = server_with("").await?;
+    let r = server
+        .raw(
+            b"OPTIONS * HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        )
+        .await?;
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    assert!(r.contains("content-length: 0\r\n"), "{r}");
+    let r = server
+        .raw(
+            b"GET * HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        )
+        .await?;
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn oversize_headers_get_431() -> Result<()> {
     let (_site, server) = server_with("max_header_bytes = \"8 KiB\"").await?;

@@ -297,6 +297,87 @@ async fn new_servlets_go_live_and_removed_ones_give_back_the_static_files() -> R
     Ok(())
 }
 
+/// A link inside the root to the servlets folder there (never served)
+/// leaves hot deploy working: links are not followed by the watcher.
+/// Before, events in the servlets folder came back named through the link
+/// and no servlet was ever reloaded.
+#[tokio::test]
+async fn a_link_to_the_servlets_folder_inside_the_root_leaves_deploys_working() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    site.file("www/servlets/old.wasm", version("old"))?;
+    std::os::unix::fs::symlink("servlets", site.path().join("www/lnk"))?;
+    let config = site.config("[[site]]\nroot = \"www\"\nservlets = \"www/servlets\"\n")?;
+    let server = TestServer::start_watching(config).await?;
+    assert_eq!(server.get("/old").await?.text(), "old");
+    site.file("www/servlets/new.wasm", version("new"))?;
+    assert!(eventually(WAIT, || text_is(&server, "/new", "new")).await);
+    std::fs::remove_file(site.path().join("www/servlets/old.wasm"))?;
+    assert!(eventually(WAIT, || status_is(&server, "/old", StatusCode::NOT_FOUND)).await);
+    assert_eq!(
+        server.get("/lnk/new.wasm").await?.status,
+        StatusCode::NOT_FOUND
+    );
+    Ok(())
+}
+
+/// The atomic-deploy pattern: `root = "current/www"` with `current` a link
+/// flipped to a new release (`ln -sfn`, here a rename over it), and a
+/// route's file reached through the same link. The flip alone goes live;
+/// before, a link in the middle of the path was resolved away and never
+/// watched, so nothing changed until a file of the old release did.
+#[tokio::test]
+async fn flipping_a_release_link_in_the_middle_of_the_paths_goes_live() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    for (release, text) in [("r1", "one"), ("r2", "two")] {
+        site.file(&format!("releases/{release}/www/index.html"), text)?;
+        site.file(&format!("releases/{release}/app.wasm"), version(text))?;
+    }
+    std::os::unix::fs::symlink("releases/r1", site.path().join("current"))?;
+    let config = site.config(
+        "[[site]]\nroot = \"current/www\"\n[[site.route]]\npath = \"/app\"\nservlet = \"current/app.wasm\"\n",
+    )?;
+    let server = TestServer::start_watching(config).await?;
+    assert_eq!(server.get("/").await?.text(), "one");
+    assert_eq!(server.get("/app").await?.text(), "one");
+    std::os::unix::fs::symlink("releases/r2", site.path().join("current.new"))?;
+    std::fs::rename(site.path().join("current.new"), site.path().join("current"))?;
+    assert!(eventually(WAIT, || text_is(&server, "/", "two")).await);
+    assert!(eventually(WAIT, || text_is(&server, "/app", "two")).await);
+    // And the new release is watched: an edit there goes live too.
+    site.file("releases/r2/www/index.html", "two, edited")?;
+    assert!(eventually(WAIT, || text_is(&server, "/", "two, edited")).await);
+    Ok(())
+}
+
+/// A module copied in place (`cp`, `scp`: written into the file it
+/// replaces) goes live when its writer closes it, not while it is open:
+/// a prefix of a module can itself be a valid module that answers wrong.
+/// Here the new bytes are all written but the file stays open for a
+/// second: the old version answers until the close.
+#[tokio::test]
+async fn a_module_written_in_place_goes_live_when_its_writer_closes_it() -> Result<()> {
+    let site = TestSite::new()?;
+    let server = start(&site, "").await?;
+    site.file("servlets/app.wasm", version("old"))?;
+    assert!(eventually(WAIT, || text_is(&server, "/app", "old")).await);
+    let mut writer = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(site.path().join("servlets/app.wasm"))?;
+    std::io::Write::write_all(&mut writer, &version("new"))?;
+    std::io::Write::flush(&mut writer)?;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(server.get("/app").await?.text(), "old", "loaded while open");
+    }
+    drop(writer);
+    assert!(eventually(WAIT, || text_is(&server, "/app", "new")).await);
+    Ok(())
+}
+
 #[tokio::test]
 async fn configuration_changes_apply_and_invalid_ones_are_refused() -> Result<()> {
     let site = TestSite::new()?;

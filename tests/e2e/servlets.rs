@@ -137,6 +137,62 @@ async fn the_servlet_sees_method_path_query_path_info_headers_and_body() -> Resu
     Ok(())
 }
 
+/// Answers the request's header `name` (`request_header`), or "none".
+fn header_echo(name: &str) -> Vec<u8> {
+    servlet(
+        &format!(r#"(data (i32.const 16) "{name}") (data (i32.const 256) "none")"#),
+        &format!(
+            "(local.set 0 (call $header_in (i32.const 16) (i32.const {}) (i32.const 4096) (i32.const 1024)))
+             (if (i32.ge_s (local.get 0) (i32.const 0))
+               (then (drop (call $write (i32.const 4096) (local.get 0))))
+               (else (drop (call $write (i32.const 256) (i32.const 4)))))
+             i32.const 0",
+            name.len()
+        ),
+        "",
+    )
+}
+
+/// A native servlet sees a Host whatever the protocol, as a component
+/// does: HTTP/2's `:authority`, an HTTP/1.0 absolute-form target's
+/// authority, else the server's name. Before, only HTTP/1.1 carried one.
+/// And it sees swan's X-Forwarded-For, not the client's.
+#[tokio::test]
+async fn a_native_servlet_sees_a_host_over_every_protocol() -> Result<()> {
+    let (_site, server) = start(
+        &[
+            ("host.wasm", header_echo("host")),
+            ("xff.wasm", header_echo("x-forwarded-for")),
+        ],
+        "",
+    )
+    .await?;
+    let authority = server.addr().to_string();
+    assert_eq!(server.get("/host").await?.text(), authority);
+    let r = server
+        .send_h2(Request::get(server.url("/host")).body(Full::default())?)
+        .await?;
+    assert_eq!(r.text(), authority, "HTTP/2");
+    let r = server
+        .raw(
+            b"GET http://b.example/host HTTP/1.0\r\n\r\n",
+            Duration::from_secs(5),
+        )
+        .await?;
+    assert!(r.ends_with("\r\n\r\nb.example"), "{r}");
+    let r = server
+        .raw(b"GET /host HTTP/1.0\r\n\r\n", Duration::from_secs(5))
+        .await?;
+    assert!(r.ends_with("\r\n\r\nlocalhost"), "{r}");
+    // A client's own X-Forwarded-For is replaced by the address swan
+    // found (no trusted proxy here: the peer).
+    let r = server
+        .get_with("/xff", &[("x-forwarded-for", "5.5.5.5")])
+        .await?;
+    assert_eq!(r.text(), "127.0.0.1");
+    Ok(())
+}
+
 #[tokio::test]
 async fn explicit_routes_override_the_folder_and_carry_settings() -> Result<()> {
     let (_site, server) = start(
@@ -492,6 +548,13 @@ async fn modules_that_break_the_contract_are_refused_at_load_with_the_reason() -
             (func (export "swan_abi_version") (result i32) i32.const 1)
             (func (export "swan_handle") (result i32) i32.const 0))"#,
     )?;
+    // A reactor's `_initialize` of another type would be skipped.
+    let mistyped_init = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+            (func (export "_initialize") (param i32))
+            (func (export "swan_abi_version") (result i32) i32.const 1)
+            (func (export "swan_handle") (result i32) i32.const 0))"#,
+    )?;
     let mut truncated = hello();
     truncated.truncate(truncated.len() / 2);
     let files = vec![
@@ -500,6 +563,7 @@ async fn modules_that_break_the_contract_are_refused_at_load_with_the_reason() -
         ("nomemory.wasm", no_memory),
         ("foreign.wasm", foreign_import),
         ("signature.wasm", wrong_signature),
+        ("init.wasm", mistyped_init),
         ("truncated.wasm", truncated),
         ("not-wasm.wasm", b"this is not wasm".to_vec()),
         ("hello.wasm", hello()),
@@ -526,6 +590,10 @@ async fn modules_that_break_the_contract_are_refused_at_load_with_the_reason() -
             "imports `env::open_socket`, which swan does not provide",
         ),
         ("signature.wasm", "cannot be instantiated"),
+        (
+            "init.wasm",
+            "export `_initialize` must be a function () -> (), found",
+        ),
         ("truncated.wasm", "not a valid WebAssembly module"),
         ("not-wasm.wasm", "not a valid WebAssembly module"),
     ] {

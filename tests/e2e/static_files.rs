@@ -27,6 +27,9 @@ async fn server() -> Result<(TestSite, TestServer)> {
     site.file("www/pre.js.gz", "precompressed-gzip-marker")?;
     site.file("www/.env", "SECRET=1")?;
     site.file("www/.git/config", "[core]")?;
+    site.file("www/.well-known/acme-challenge/tok3n", "tok3n.key")?;
+    site.file("www/.well-known/.secret", "SECRET=2")?;
+    site.file("www/docs/.well-known/x", "SECRET=3")?;
     site.file("www/data.bin", vec![7u8; 3000])?;
     site.file(
         "www/large.dat",
@@ -420,9 +423,16 @@ async fn missing_files_get_404_and_the_sites_own_page_when_present() -> Result<(
 }
 
 #[tokio::test]
-async fn dotfiles_and_dot_folders_are_never_served() -> Result<()> {
+async fn dotfiles_and_dot_folders_are_never_served_but_well_known() -> Result<()> {
     let (_site, server) = server().await?;
-    for path in ["/.env", "/.git/config", "/%2eenv", "/docs/../.env"] {
+    for path in [
+        "/.env",
+        "/.git/config",
+        "/%2eenv",
+        "/docs/../.env",
+        "/.well-known/.secret",
+        "/docs/.well-known/x",
+    ] {
         let r = server
             .raw(
                 format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
@@ -431,6 +441,48 @@ async fn dotfiles_and_dot_folders_are_never_served() -> Result<()> {
             .await?;
         assert!(r.starts_with("HTTP/1.1 404"), "{path}: {r}");
         assert!(!r.contains("SECRET") && !r.contains("[core]"), "{path}");
+    }
+    // `/.well-known/` at the root is served (RFC 8615), as an ACME
+    // http-01 challenge written by `certbot --webroot` needs.
+    let r = server.get("/.well-known/acme-challenge/tok3n").await?;
+    assert_eq!(
+        (r.status, r.text()),
+        (StatusCode::OK, "tok3n.key".to_owned())
+    );
+    Ok(())
+}
+
+/// A root mounted from a Kubernetes ConfigMap: the kubelet writes the
+/// files into `..<timestamp>/`, points `..data` at it and links every
+/// name through `..data`. Those `..` folders are not dot-folders: the
+/// files are served (before, none was), the folders themselves are not.
+#[tokio::test]
+async fn a_root_laid_out_by_the_kubelet_is_served() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file(
+        "www/..2026_12_02_06_00_00.123/index.html",
+        "from a ConfigMap",
+    )?;
+    site.file("www/..2026_12_02_06_00_00.123/.env", "SECRET=1")?;
+    let www = site.path().join("www");
+    std::os::unix::fs::symlink("..2026_12_02_06_00_00.123", www.join("..data"))?;
+    std::os::unix::fs::symlink("..data/index.html", www.join("index.html"))?;
+    std::os::unix::fs::symlink("..data/.env", www.join("env"))?;
+    let server = TestServer::start(site.config("[[site]]\nroot = \"www\"\n")?).await?;
+    assert_eq!(server.get("/").await?.text(), "from a ConfigMap");
+    for path in [
+        "/..data/index.html",
+        "/env",
+        "/..2026_12_02_06_00_00.123/index.html",
+    ] {
+        let r = server
+            .raw(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+                Duration::from_secs(5),
+            )
+            .await?;
+        assert!(r.starts_with("HTTP/1.1 404"), "{path}: {r}");
     }
     Ok(())
 }

@@ -39,8 +39,11 @@ const MAX_CONNECTIONS: usize = 1024;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(3);
 /// The longest a connection may last.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
-/// Time a store has to answer a readiness check.
-const STORE_CHECK: Duration = Duration::from_secs(1);
+/// Time a store has to answer a readiness check: well inside a
+/// balancer's check timeout (HAProxy's defaults to its interval, a
+/// Kubernetes probe's to 1 s), so a slow store fails the check with a
+/// reason, not the probe with a timeout.
+const STORE_CHECK: Duration = Duration::from_millis(400);
 
 /// A running admin listener.
 #[derive(Debug)]
@@ -182,7 +185,8 @@ async fn readiness(app: &App) -> Result<(), String> {
         Readiness::Draining => return Err("draining".to_owned()),
         Readiness::Ready => {}
     }
-    if let Some(loader) = &app.loader {
+    let needs_stores = app.admin.as_ref().is_none_or(|a| a.ready_needs_stores);
+    if let Some(loader) = app.loader.as_ref().filter(|_| needs_stores) {
         // The stores some route lists now: one a reload left unlisted
         // holds up no request.
         let sites = app.sites.load();
@@ -197,8 +201,9 @@ async fn readiness(app: &App) -> Result<(), String> {
                 Ok(Err(e)) => return Err(format!("store {}: {e}", store.name())),
                 Err(_) => {
                     return Err(format!(
-                        "store {} unreachable: no answer in 1 s",
-                        store.name()
+                        "store {} unreachable: no answer in {} ms",
+                        store.name(),
+                        STORE_CHECK.as_millis()
                     ));
                 }
             }

@@ -362,6 +362,11 @@ impl App {
     ) -> Result<Response<Body>, RequestError> {
         checks::host(&req)?;
         checks::framing(req.headers())?;
+        // `OPTIONS *` asks about the server, not a resource: a no-op, a
+        // proxy's ping (RFC 9110 §9.3.7). Any other `*` is no path.
+        if req.method() == Method::OPTIONS && req.uri() == "*" {
+            return Ok(Response::new(Body::empty()));
+        }
         let normalized = match path::normalize(req.uri().path()) {
             Ok(p) => p,
             Err(e) if e.is_not_found() => return Err(RequestError::NotFound),

@@ -110,6 +110,12 @@ fn check_name(name: &str) -> anyhow::Result<()> {
         ))
         .into());
     }
+    if name == swan::servlet::BUILD_FOLDER {
+        return Err(Refused(format!(
+            "invalid servlet name {name:?}: `{name}/` in a servlets folder holds swan's build output, never a servlet; choose another name"
+        ))
+        .into());
+    }
     Ok(())
 }
 

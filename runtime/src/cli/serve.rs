@@ -18,7 +18,7 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
     let started = Instant::now();
     // Resolved now: after an upgrade replaced the file, this path names the
     // new binary (while /proc/self/exe still names the old one).
-    let program = std::env::current_exe().context("cannot tell where the swan binary is")?;
+    let program = started_as().context("cannot tell where the swan binary is")?;
     // Where hints point: the configuration file actually read.
     let file = config
         .file
@@ -176,10 +176,33 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
     if let Some(log) = access_log {
         log.close();
     }
-    served?;
+    // Its SIGHUP task holds a handle until the runtime goes: stop it now.
+    if let Some(reloader) = &reloader {
+        reloader.stop();
+    }
     drop(reloader);
+    served?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The path this binary was started by, which an upgrade starts again: a
+/// symlink stays a link (a versioned install flips it to the new
+/// version), and a bare name is looked up on `PATH` as the shell did.
+/// `current_exe` (`/proc/self/exe`) would name the file the link pointed
+/// to at start, the old version.
+/// (A name that is neither, as a wrapper may set, falls back to it.)
+fn started_as() -> std::io::Result<std::path::PathBuf> {
+    let by_name = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| match p.components().count() {
+            1 => p.to_str().and_then(swan::toolchain::on_path),
+            _ => Some(p),
+        })
+        .and_then(|p| std::path::absolute(p).ok())
+        .filter(|p| p.is_file());
+    by_name.map_or_else(std::env::current_exe, Ok)
 }
 
 /// How long a new binary may take to be ready on upgrade (it loads and

@@ -361,7 +361,13 @@ mod tests {
         );
         assert!(RoutePath::parse("/a/../b").is_err());
         assert!(RoutePath::parse("/a%2fb").is_err());
+        assert!(RoutePath::parse("/x/%2e%2e/y").is_err());
         assert!(RoutePath::parse("/.hidden").is_err());
+        assert!(RoutePath::parse("/a/.well-known/*").is_err());
+        assert_eq!(
+            RoutePath::parse("/.well-known/*"),
+            Ok(RoutePath::Prefix("/.well-known".to_owned()))
+        );
         assert!(RoutePath::parse("/a?b").is_err());
         assert!(RoutePath::parse("/a#b/*").is_err());
     }

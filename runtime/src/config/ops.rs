@@ -109,6 +109,9 @@ pub fn parse_net(s: &str) -> Option<IpNet> {
 pub struct AdminConfig {
     /// Where it listens. Default: 127.0.0.1:9090.
     pub listen: SocketAddr,
+    /// Whether `/readyz` fails while a store a route lists is
+    /// unreachable. Default: true.
+    pub ready_needs_stores: bool,
 }
 
 /// `[log]`: the access log.

@@ -342,7 +342,9 @@ impl RoutePath {
                 "{s:?}: a route is a path; a query (`?`) or fragment (`#`) never matches (write `%3F` or `%23` for the character itself)"
             ));
         }
-        if base.contains("//") || base.split('/').any(|seg| seg == "." || seg == "..") {
+        // `%2e%2e` too: it would be decoded, then resolved away.
+        let decoded_base = percent_encoding::percent_decode_str(base).decode_utf8_lossy();
+        if base.contains("//") || decoded_base.split('/').any(|seg| seg == "." || seg == "..") {
             return Err(format!("{s:?} is not a normalised path"));
         }
         let decoded = if prefix && base.is_empty() {

@@ -10,9 +10,12 @@
 //! code it runs, and a restart, or a revert to a module seen before,
 //! compiles nothing.
 //!
-//! Files are written whole under a temporary name and renamed into place,
-//! and removed (never truncated) when the folder outgrows its cap, so a
-//! mapped artifact never changes under a running server. The folder is
+//! Files are written whole under a temporary name, flushed to disk and
+//! renamed into place, and removed (never truncated) when the folder
+//! outgrows its cap, so a mapped artifact never changes under a running
+//! server. Beside each artifact is the SHA-256 of its bytes (`.sum`),
+//! checked before the file is mapped: an artifact damaged on disk (a bad
+//! block, a hand edit) is compiled again, never run. The folder is
 //! created private to swan's user; a folder others can write to is not
 //! used, and a file others could have written is compiled again.
 //!
@@ -25,10 +28,7 @@
 
 use std::fs;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
@@ -36,6 +36,7 @@ use wasmtime::component::Component;
 use wasmtime::{Module, Result};
 
 use super::Tier;
+use super::code_files::{hex, intact, owned, private_dir, publish, sum_path, touch};
 
 /// Temporary files older than this are left over from a process that
 /// died mid-write, and are removed.
@@ -210,11 +211,18 @@ impl CodeCache {
             }
         }
         let path = artifact_path::<A>(dir, engine, tier, wasm);
-        if fs::metadata(&path).is_ok_and(|m| owned(&m)) {
+        let present = fs::metadata(&path).is_ok_and(|m| owned(&m));
+        if present && !intact(&path) {
+            // No checksum at all: written by a swan from before they were.
+            if sum_path(&path).exists() {
+                tracing::warn!(file = %path.display(), "cached code does not match its checksum; compiling again");
+            }
+        } else if present {
             // SAFETY: files under this name are only ever written whole by
             // `publish` from `precompile`'s output, and removed (never
             // truncated) by `evict`; the file and its folder are writable
-            // by swan's user only.
+            // by swan's user only, and its bytes are those `publish` wrote
+            // (`intact`).
             match unsafe { A::map(engine, &path) } {
                 Ok(artifact) => {
                     touch(&path);
@@ -284,6 +292,7 @@ impl CodeCache {
                 break;
             }
             if fs::remove_file(&path).is_ok() {
+                let _ = fs::remove_file(sum_path(&path));
                 tracing::debug!(file = %path.display(), "compiled code evicted");
                 total = total.saturating_sub(len);
             }
@@ -310,12 +319,7 @@ fn key<A: Artifact>(engine: &wasmtime::Engine, tier: Tier, wasm: &[u8]) -> Strin
     env!("CARGO_PKG_VERSION").hash(&mut hasher);
     engine.precompile_compatibility_hash().hash(&mut hasher);
     hasher.0.update(wasm);
-    let digest = hasher.0.finalize();
-    digest.iter().fold(String::with_capacity(64), |mut s, b| {
-        use std::fmt::Write as _;
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    hex(&hasher.0.finalize())
 }
 
 /// Feeds `Hash` values into SHA-256.
@@ -330,53 +334,10 @@ impl Hasher for DigestHasher {
     }
 }
 
-/// Creates `dir` if needed (private to swan's user), and says whether
-/// only swan's user can write in it.
-fn private_dir(dir: &Path) -> std::io::Result<bool> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    Ok(owned(&fs::metadata(dir)?))
-}
-
-/// Whether only swan's user can write to this file or folder.
-fn owned(meta: &fs::Metadata) -> bool {
-    meta.uid() == rustix::process::geteuid().as_raw() && meta.mode() & 0o022 == 0
-}
-
-/// Marks an artifact used, for eviction's order.
-fn touch(path: &Path) {
-    if let Ok(file) = fs::File::open(path) {
-        let _ = file.set_modified(SystemTime::now());
-    }
-}
-
-/// Writes `bytes` to `path` whole: under a temporary name first, then
-/// renamed, so a reader sees the old file, the new one or none.
-fn publish(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let tmp = dir.join(format!(
-        "{}.{}.tmp",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let written = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(bytes))
-        .and_then(|()| fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    written
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     fn engine() -> wasmtime::Engine {
         wasmtime::Engine::default()
@@ -403,7 +364,11 @@ mod tests {
             let wasm = wat::parse_str(WAT)?;
             let engine = engine();
             let _: Module = cache.compile(&engine, Tier::Optimized, &wasm)?;
-            let file = fs::read_dir(&code)?.next().expect("an artifact")?.path();
+            let file = fs::read_dir(&code)?
+                .filter_map(std::result::Result::ok)
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+                .expect("an artifact");
             Ok(Cached {
                 _dir: dir,
                 code,
@@ -427,8 +392,8 @@ mod tests {
         let c = Cached::new()?;
         assert_eq!(
             fs::read_dir(&c.code)?.count(),
-            1,
-            "one artifact, no temporary file left"
+            2,
+            "one artifact and its checksum, no temporary file left"
         );
         assert_eq!(fs::metadata(&c.code)?.mode() & 0o777, 0o700);
         // Held while the maps are read: dropped, it is unmapped.
@@ -440,7 +405,7 @@ mod tests {
         );
         // Another tier, another kind of key: another file.
         c.compile_again(Tier::Baseline)?;
-        assert_eq!(fs::read_dir(&c.code)?.count(), 2);
+        assert_eq!(fs::read_dir(&c.code)?.count(), 4);
         Ok(())
     }
 
@@ -474,6 +439,12 @@ mod tests {
             Vec::new(),
             b"not an artifact".to_vec(),
             good[..good.len() / 2].to_vec(),
+            // The same size, its code changed: wasmtime would map it and
+            // run it (a crash at the first call, before the checksum).
+            good.iter()
+                .enumerate()
+                .map(|(i, b)| if i > good.len() / 2 { !b } else { *b })
+                .collect(),
         ] {
             fs::write(&c.file, &damaged)?;
             c.compile_again(Tier::Optimized)?;
@@ -565,11 +536,13 @@ mod tests {
             .collect::<std::result::Result<_, _>>()?;
         let unbounded = CodeCache::new(Some(code.clone()), 1 << 30, Vec::new());
         let _: Module = unbounded.compile(&e, Tier::Optimized, &wasms[0])?;
-        let one = fs::read_dir(&code)?
-            .next()
-            .expect("an artifact")?
-            .metadata()?
-            .len();
+        let one = fs::metadata(artifact_path::<Module>(
+            &code,
+            &e,
+            Tier::Optimized,
+            &wasms[0],
+        ))?
+        .len();
         // Room for about two artifacts.
         let cache = CodeCache::new(Some(code.clone()), one * 2 + one / 2, Vec::new());
         for wasm in &wasms[1..] {
@@ -579,7 +552,8 @@ mod tests {
         let left: Vec<PathBuf> = fs::read_dir(&code)?
             .map(|e| e.map(|e| e.path()))
             .collect::<std::io::Result<_>>()?;
-        assert_eq!(left.len(), 2, "{left:?}");
+        // Two artifacts, each with its checksum: an evicted one's goes too.
+        assert_eq!(left.len(), 4, "{left:?}");
         let path = |wasm| artifact_path::<Module>(&code, &e, Tier::Optimized, wasm);
         assert!(left.contains(&path(&wasms[3])), "the newest stays");
         assert!(!left.contains(&path(&wasms[0])), "the oldest goes");

@@ -16,7 +16,7 @@
 //! the reload loop and the three kinds of swap (files, servlets,
 //! configuration).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use crate::app::App;
 use crate::config::{Config, Overrides};
 use crate::engine::Tier;
-use crate::servlet::Servlet;
+use crate::servlet::{Loader, Servlet};
 use crate::site::{Refresh, Site, Sites};
 
 mod watch;
@@ -38,6 +38,11 @@ use watch::{Batch, Msg, Watched};
 const QUIET: Duration = Duration::from_millis(10);
 /// ... or after this long in any case (a file written continuously).
 const MAX_BATCH: Duration = Duration::from_millis(500);
+/// How long a module written in place (`cp`, `scp`) may stay open before
+/// it is loaded anyway: until its writer closes it, its site's servlets
+/// keep their state (a prefix of a module can be a valid module that
+/// answers wrong).
+const WRITE_WAIT: Duration = Duration::from_secs(30);
 
 /// Where the configuration comes from, so it can be read again.
 #[derive(Debug, Clone, Default)]
@@ -52,6 +57,7 @@ pub struct ConfigSource {
 pub struct Reloader {
     tx: mpsc::Sender<Msg>,
     thread: Option<JoinHandle<()>>,
+    loader: Option<Arc<Loader>>,
 }
 
 impl std::fmt::Debug for Reloader {
@@ -66,6 +72,7 @@ impl Reloader {
         let (tx, rx) = mpsc::channel();
         let watched = Watched::new(&app, source.file.as_deref(), &tx)?;
         let thread_tx = tx.clone();
+        let loader = app.loader.clone();
         let thread = std::thread::Builder::new()
             .name("swan-reload".to_owned())
             .spawn(move || run(app, source, watched, rx, thread_tx))
@@ -73,6 +80,7 @@ impl Reloader {
         Ok(Reloader {
             tx,
             thread: Some(thread),
+            loader,
         })
     }
 
@@ -80,11 +88,21 @@ impl Reloader {
     pub fn reload_config(&self) {
         let _ = self.tx.send(Msg::Config);
     }
+
+    /// Stops watching; a source build running now (it could run for
+    /// `build_timeout`, minutes) is killed, so the reload thread ends
+    /// within moments, and dropping the last handle waits no longer.
+    pub fn stop(&self) {
+        if let Some(loader) = &self.loader {
+            loader.stop_builds();
+        }
+        let _ = self.tx.send(Msg::Stop);
+    }
 }
 
 impl Drop for Reloader {
     fn drop(&mut self) {
-        let _ = self.tx.send(Msg::Stop);
+        self.stop();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -99,8 +117,16 @@ fn run(
     tx: mpsc::Sender<Msg>,
 ) {
     let mut tiering = HashSet::new();
+    // Modules open for writing: since when, and their site.
+    let mut writing: HashMap<PathBuf, (Instant, usize)> = HashMap::new();
     loop {
-        let first = match rx.recv() {
+        let next = if writing.is_empty() {
+            rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        } else {
+            rx.recv_timeout(Duration::from_secs(1))
+        };
+        let first = match next {
+            Err(RecvTimeoutError::Timeout) => Msg::Tick,
             Ok(Msg::Stop) | Err(_) => return,
             Ok(Msg::TierUp { old, new }) => {
                 tiering.remove(&(Arc::as_ptr(&old) as usize));
@@ -126,6 +152,7 @@ fn run(
                 break;
             }
         }
+        hold_back_modules_being_written(&mut batch, &mut writing);
         if batch.is_empty() {
             continue;
         }
@@ -156,6 +183,38 @@ fn run(
         }));
         if applied.is_err() {
             tracing::error!("reload panicked; the previous state keeps serving");
+        }
+    }
+}
+
+/// Leaves out of `batch` the servlets of a site with a module still open
+/// for writing (copied in place, not renamed into place), for up to
+/// [`WRITE_WAIT`]; the batch with its close (or the first past the wait)
+/// loads it whole.
+fn hold_back_modules_being_written(
+    batch: &mut Batch,
+    writing: &mut HashMap<PathBuf, (Instant, usize)>,
+) {
+    let now = Instant::now();
+    for (path, site) in batch.written.drain(..) {
+        writing.entry(path).or_insert((now, site));
+    }
+    for path in batch.closed.drain(..) {
+        writing.remove(&path);
+    }
+    writing.retain(|path, (since, site)| {
+        let waited = now.duration_since(*since) >= WRITE_WAIT;
+        if waited {
+            tracing::warn!(file = %path.display(), "still open for writing after {} s: loaded as it is", WRITE_WAIT.as_secs());
+            if let Some(r) = batch.sites.get_mut(*site) {
+                r.servlets = true;
+            }
+        }
+        !waited
+    });
+    for (_, site) in writing.values() {
+        if let Some(r) = batch.sites.get_mut(*site) {
+            r.servlets = false;
         }
     }
 }
@@ -287,8 +346,16 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
             match Site::refresh(&site.config, app.loader.as_ref(), Some(site), *what) {
                 Ok(new) => {
                     changed = true;
-                    let refused: Vec<String> =
-                        new.servlets.refused.iter().map(|r| r.error.to_string()).collect();
+                    // Only what this reload refused: a broken file left
+                    // in the folder does not make every later deploy look
+                    // refused.
+                    let refused: Vec<String> = new
+                        .servlets
+                        .refused
+                        .iter()
+                        .filter(|r| r.fresh)
+                        .map(|r| r.error.to_string())
+                        .collect();
                     if what.servlets && !refused.is_empty() {
                         app.observe.reloaded(label, false, refused.join("; "));
                     } else {

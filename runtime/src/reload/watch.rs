@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc;
 
-use notify::event::{AccessKind, AccessMode};
+use notify::event::{AccessKind, AccessMode, ModifyKind};
 use notify::{EventKind, RecursiveMode, Watcher};
 
 use crate::app::App;
@@ -41,6 +41,8 @@ pub(super) enum Msg {
         new: Arc<Servlet>,
     },
     Stop,
+    /// Time to look at modules still open for writing (none came).
+    Tick,
 }
 
 /// What is watched, with canonical paths for matching events.
@@ -54,6 +56,10 @@ pub(super) struct Watched {
     /// Each site's root and servlets folder: a folder replaced (`mv build
     /// www`) or made later is watched anew.
     folders: Vec<Folder>,
+    /// Each `[[site.route]]`'s `.wasm` as configured, and the file it
+    /// named when the watches were made: one that names another now (a
+    /// link on the way flipped) is watched anew.
+    route_files: Vec<(PathBuf, Option<PathBuf>)>,
     _watchers: Vec<notify::RecommendedWatcher>,
 }
 
@@ -63,8 +69,9 @@ struct Folder {
     dir: PathBuf,
     /// The folder (device, inode) found there when the watches were made.
     id: Option<(u64, u64)>,
-    /// Its path as events in its parent's watch name it.
-    in_parent: Option<PathBuf>,
+    /// Its path, and each link on the way to it, as events in their
+    /// parents' watches name them.
+    in_parents: Vec<PathBuf>,
 }
 
 /// `path` as the watch on its folder names it: the folder canonical, the
@@ -73,6 +80,36 @@ fn in_parent(path: &Path) -> Option<PathBuf> {
     let path = std::path::absolute(path).ok()?;
     let parent = path.parent()?.canonicalize().ok()?;
     Some(parent.join(path.file_name()?))
+}
+
+/// [`in_parent`] for `path` and for every link on the way to it: flipping
+/// one (`ln -sfn releases/r2 current` for a root `current/www`) replaces
+/// what `path` names, as replacing `path` itself does. A `path` that is a
+/// link to a file adds the file it names, which a deploy may rewrite.
+fn along(path: &Path) -> Vec<PathBuf> {
+    let Ok(path) = std::path::absolute(path) else {
+        return Vec::new();
+    };
+    let is_link = |p: &Path| {
+        p.symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+    };
+    let mut found = Vec::new();
+    let mut prefix = PathBuf::new();
+    for c in path.components() {
+        prefix.push(c);
+        if prefix != path && is_link(&prefix) {
+            found.extend(in_parent(&prefix));
+        }
+    }
+    found.extend(in_parent(&path));
+    if is_link(&path)
+        && let Ok(target) = path.canonicalize()
+        && target.is_file()
+    {
+        found.push(target);
+    }
+    found
 }
 
 /// The folder at `path`'s device and inode.
@@ -91,9 +128,17 @@ impl Watched {
         let mut watchers = Vec::new();
         let mut watch = |path: &Path, mode: RecursiveMode| -> Result<(), ReloadError> {
             let tx = tx.clone();
-            let mut w = notify::recommended_watcher(move |ev| {
-                let _ = tx.send(Msg::Fs(ev));
-            })
+            // Links are not followed: one inside a root names a folder
+            // that is watched already (inotify gives one watch per
+            // folder, so events would come back named through the link,
+            // outside the servlets folder), or one outside, which is not
+            // served and must not cost watches.
+            let mut w = notify::RecommendedWatcher::new(
+                move |ev| {
+                    let _ = tx.send(Msg::Fs(ev));
+                },
+                notify::Config::default().with_follow_symlinks(false),
+            )
             .map_err(|source| ReloadError::Watch {
                 path: path.to_path_buf(),
                 source,
@@ -108,17 +153,17 @@ impl Watched {
         let mut sites = Vec::new();
         let mut folders = Vec::new();
         let mut routes = Vec::new();
+        let mut route_files = Vec::new();
         for (i, site) in app.sites.load().iter().enumerate() {
             for route in &site.config.routes {
-                if let Some(file) = in_parent(&route.servlet) {
-                    routes.push((i, file));
-                }
+                routes.extend(along(&route.servlet).into_iter().map(|file| (i, file)));
+                route_files.push((route.servlet.clone(), route.servlet.canonicalize().ok()));
             }
             for dir in std::iter::once(&site.config.root).chain(&site.config.servlets) {
                 folders.push(Folder {
                     dir: dir.clone(),
                     id: folder_id(dir),
-                    in_parent: in_parent(dir),
+                    in_parents: along(dir),
                 });
             }
             let root = site.config.root.canonicalize().ok();
@@ -147,7 +192,9 @@ impl Watched {
             .map(Path::to_path_buf)
             .into_iter()
             .collect();
-        let held = folders.iter().filter_map(|f| f.in_parent.as_deref());
+        let held = folders
+            .iter()
+            .flat_map(|f| f.in_parents.iter().map(PathBuf::as_path));
         for path in held.chain(routes.iter().map(|(_, file)| file.as_path())) {
             if let Some(parent) = path.parent()
                 && !parents.iter().any(|p| p == parent)
@@ -172,6 +219,7 @@ impl Watched {
             config,
             routes,
             folders,
+            route_files,
             _watchers: watchers,
         })
     }
@@ -180,6 +228,10 @@ impl Watched {
     /// or made since.
     pub(super) fn stale(&self) -> bool {
         self.folders.iter().any(|f| folder_id(&f.dir) != f.id)
+            || self
+                .route_files
+                .iter()
+                .any(|(file, named)| file.canonicalize().ok() != *named)
     }
 }
 
@@ -188,12 +240,16 @@ impl Watched {
 pub(super) struct Batch {
     pub(super) config: bool,
     pub(super) sites: Vec<Refresh>,
+    /// `.wasm` files of a servlets folder written to (with their site),
+    /// and those closed after writing: a module copied in place is loaded
+    /// once its writer closes it, never half-written.
+    pub(super) written: Vec<(PathBuf, usize)>,
+    pub(super) closed: Vec<PathBuf>,
 }
 
 impl Batch {
     pub(super) fn new(sites: usize) -> Batch {
         Batch {
-            config: false,
             sites: vec![
                 Refresh {
                     files: false,
@@ -201,6 +257,7 @@ impl Batch {
                 };
                 sites
             ],
+            ..Batch::default()
         }
     }
 
@@ -210,7 +267,7 @@ impl Batch {
                 self.config = true;
                 return;
             }
-            Msg::Stop | Msg::TierUp { .. } => return,
+            Msg::Stop | Msg::TierUp { .. } | Msg::Tick => return,
             Msg::Fs(Err(e)) => {
                 tracing::warn!(error = %e, "file watcher error");
                 return;
@@ -229,7 +286,7 @@ impl Batch {
             if watched
                 .folders
                 .iter()
-                .any(|f| f.in_parent.as_deref() == Some(path.as_path()))
+                .any(|f| f.in_parents.iter().any(|p| p == path))
             {
                 self.touch_all();
             }
@@ -242,9 +299,22 @@ impl Batch {
                 }
                 if let Some(dir) = servlets
                     && let Ok(rel) = path.strip_prefix(dir)
-                    && !rel.components().any(|c| c.as_os_str() == "target")
+                    && !rel
+                        .components()
+                        .any(|c| c.as_os_str() == crate::servlet::BUILD_FOLDER)
                 {
                     self.sites[i].servlets = true;
+                    if path.extension().is_some_and(|e| e == "wasm") {
+                        // A write (not a creation: a link or a file
+                        // made empty has no writer to wait for).
+                        match event.kind {
+                            EventKind::Access(_) => self.closed.push(path.clone()),
+                            EventKind::Modify(ModifyKind::Data(_)) => {
+                                self.written.push((path.clone(), i));
+                            }
+                            _ => {}
+                        }
+                    }
                 }
             }
         }

@@ -4,8 +4,9 @@
 //! `.` dropped and `..` applied. Anything that could name a file outside the
 //! site root, or that has two meanings on some filesystem, is refused here:
 //! encoded separators (`%2f`, `%5c`), backslashes, NUL bytes, and `..` that
-//! climbs above the root. Hidden names (a segment starting with `.`) are
-//! reported separately so they answer 404 like a missing file.
+//! climbs above the root. Hidden names (a segment starting with `.`, but
+//! `/.well-known/`) are reported separately so they answer 404 like a
+//! missing file.
 
 use std::borrow::Cow;
 
@@ -30,6 +31,17 @@ const PATH_ESCAPES: &AsciiSet = &CONTROLS
     .add(b'^')
     .add(b'|');
 
+/// The one folder at the root whose name starts with `.` that is served
+/// and routed like any other (RFC 8615: ACME challenges, `security.txt`,
+/// OpenID discovery).
+pub const WELL_KNOWN: &str = ".well-known";
+
+/// Whether a path segment (a file or folder name) is hidden: it starts
+/// with `.`, and is not `.well-known` at the root (`first`).
+pub fn is_hidden(segment: &str, first: bool) -> bool {
+    segment.starts_with('.') && !(first && segment == WELL_KNOWN)
+}
+
 /// Why a path was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PathError {
@@ -48,8 +60,9 @@ pub enum PathError {
     /// `..` climbing above the root.
     #[error("path escapes the site root")]
     EscapesRoot,
-    /// A segment starting with `.` (dotfile or dot-folder).
-    #[error("hidden file")]
+    /// A segment starting with `.` (dotfile or dot-folder), other than
+    /// [`WELL_KNOWN`] at the root.
+    #[error("a name starting with `.` is hidden (only `/.well-known/` at the root is served)")]
     Hidden,
 }
 
@@ -108,7 +121,7 @@ pub fn normalize(raw: &str) -> Result<Cow<'_, str>, PathError> {
                 }
                 trailing_slash = true;
             }
-            s if s.starts_with('.') => return Err(PathError::Hidden),
+            s if is_hidden(s, segments.is_empty()) => return Err(PathError::Hidden),
             s => {
                 segments.push(s);
                 trailing_slash = false;
@@ -223,6 +236,14 @@ mod tests {
         assert_eq!(normalize("/.git/config"), Err(PathError::Hidden));
         assert_eq!(normalize("/a/%2egit/x"), Err(PathError::Hidden));
         assert!(PathError::Hidden.is_not_found());
+        // `.well-known` at the root only, and nothing hidden below it.
+        assert_eq!(
+            ok("/.well-known/acme-challenge/t"),
+            "/.well-known/acme-challenge/t"
+        );
+        assert_eq!(ok("/a/../.well-known/x"), "/.well-known/x");
+        assert_eq!(normalize("/a/.well-known/x"), Err(PathError::Hidden));
+        assert_eq!(normalize("/.well-known/.git"), Err(PathError::Hidden));
     }
 
     #[test]

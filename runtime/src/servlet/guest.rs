@@ -65,7 +65,7 @@ pub(crate) enum GuestError {
     )]
     NoSlotToTry,
     /// The guest trapped, ran out of time or failed while starting.
-    #[error("{0:#}")]
+    #[error("{}", super::fault::fault_line(.0))]
     Failed(wasmtime::Error),
     /// Starting (start functions, `_initialize`, a component's own start)
     /// waited in a host call past the servlet's `timeout` and its grace.

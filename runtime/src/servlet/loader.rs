@@ -11,13 +11,12 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::native::{self, LoadError};
 use super::plan::{self, BuildRecord, Listing, Planned, PlannedTarget};
 use super::pool::InstancePool;
 use super::route::{Route, RouteOrigin, RouteTable, Target};
-use super::source::BuildError;
+use super::source::{BuildError, BuildLimits};
 use super::{Pool, component};
 use super::{Servlet, ServletInfo};
 use crate::config::{RoutePath, ServerConfig, SiteConfig};
@@ -33,7 +32,7 @@ pub struct Loader {
     components: component::Linkers,
     development: bool,
     /// Time limit of a source build, when swan builds sources at all.
-    builds: Option<Duration>,
+    builds: Option<BuildLimits>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -65,6 +64,10 @@ pub struct Refused {
     pub error: Arc<LoadError>,
     /// Whether a previous version of it still serves.
     pub kept_previous: bool,
+    /// Refused by this load, not remembered from an earlier one (a broken
+    /// file left in the folder is logged and counted once, not at every
+    /// reload of the folder).
+    pub fresh: bool,
     /// The route, settings and file stamp refused, and when: the same
     /// again is not tried again for [`REFUSAL_KEPT`] (a start function that
     /// loops to its deadline would hold up every reload of the folder).
@@ -128,7 +131,9 @@ impl Loader {
             native,
             components,
             development: server.development,
-            builds: server.builds_sources().then_some(server.build_timeout),
+            builds: server
+                .builds_sources()
+                .then(|| BuildLimits::new(server.build_timeout)),
         }))
     }
 
@@ -142,6 +147,14 @@ impl Loader {
         &self.stores
     }
 
+    /// Kills the source build running now, if any, and builds nothing
+    /// more: the server is stopping.
+    pub fn stop_builds(&self) {
+        if let Some(limits) = &self.builds {
+            limits.stop();
+        }
+    }
+
     /// Compiles, checks and links one servlet with the `tier` compiler (a
     /// module the baseline compiler cannot handle goes to Cranelift), and
     /// starts filling its pool.
@@ -149,19 +162,7 @@ impl Loader {
         let started = std::time::Instant::now();
         let stats = Arc::new(super::stats::ServletStats::default());
         let info = Arc::new(info);
-        let bytes = std::fs::read(&info.file).map_err(|source| LoadError::Read {
-            file: info.file.clone(),
-            source,
-        })?;
-        // Binary WebAssembly only: wasmtime would parse anything else as
-        // the text format, and its error would quote the file (a symlink
-        // to a secret would reach the log and the status page).
-        if !bytes.starts_with(b"\0asm") {
-            return Err(LoadError::Invalid {
-                file: info.file.clone(),
-                reason: "it does not start with the WebAssembly magic number (\\0asm); compile text (.wat) to a binary first".to_owned(),
-            });
-        }
+        let bytes = read_module(&info.file)?;
         let (pool, tier) = if component::is_component(&bytes) {
             let (guest, tier) = with_fallback(tier, &info.name, |t| {
                 component::load(
@@ -210,7 +211,7 @@ impl Loader {
     /// and one whose new version fails keeps its previous version.
     pub fn load_site(&self, site: &SiteConfig, previous: Option<&SiteServlets>) -> SiteServlets {
         let listing = match &site.servlets {
-            Some(dir) => plan::list(dir, previous.map(|p| &p.builds), self.builds),
+            Some(dir) => plan::list(dir, previous.map(|p| &p.builds), self.builds.as_ref()),
             None => Listing::default(),
         };
         let builds = listing
@@ -332,7 +333,7 @@ impl Loader {
                 let (handle, tried, old) = match outcome {
                     Step::Ready(serving, again) => {
                         loaded.push(serving);
-                        refused.extend(again);
+                        refused.extend(again.map(|r| Refused { fresh: false, ..r }));
                         continue;
                     }
                     Step::Compile(handle, tried, old) => (handle, tried, old),
@@ -366,14 +367,12 @@ impl Loader {
                             old
                         };
                         let kept_previous = old.is_some();
-                        if kept_previous {
-                            tracing::warn!(route = %path, file = %file.display(), "new version refused; the previous version keeps serving");
-                        }
                         loaded.push(old);
                         refused.push(Refused {
                             file,
                             error: Arc::new(error),
                             kept_previous,
+                            fresh: true,
                             tried: lasting.then_some(tried),
                         });
                     }
@@ -386,6 +385,51 @@ impl Loader {
             (loaded, refused)
         })
     }
+}
+
+/// The largest module file swan reads (an interpreter carried in a
+/// component is 13 to 40 MB): past it, a file is refused before it is
+/// read, not held whole in memory to be found wrong.
+const MAX_MODULE_BYTES: u64 = 256 << 20;
+
+/// A servlet's bytes: binary WebAssembly of at most [`MAX_MODULE_BYTES`].
+/// wasmtime would parse anything else as the text format, and its error
+/// would quote the file (a symlink to a secret would reach the log and the
+/// status page); the magic number is checked before the rest is read.
+fn read_module(file: &std::path::Path) -> Result<Vec<u8>, LoadError> {
+    use std::io::Read;
+    let read_error = |source| LoadError::Read {
+        file: file.to_path_buf(),
+        source,
+    };
+    let invalid = |reason: String| LoadError::Invalid {
+        file: file.to_path_buf(),
+        reason,
+    };
+    let mut f = std::fs::File::open(file).map_err(read_error)?;
+    let len = f.metadata().map_err(read_error)?.len();
+    if len > MAX_MODULE_BYTES {
+        return Err(invalid(format!(
+            "it is {len} bytes, over the {MAX_MODULE_BYTES} a servlet may be"
+        )));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    let mut magic = [0u8; 4];
+    match f.read_exact(&mut magic) {
+        Ok(()) if magic == *b"\0asm" => {}
+        Err(e) if e.kind() != std::io::ErrorKind::UnexpectedEof => return Err(read_error(e)),
+        _ => {
+            return Err(invalid(
+                "it does not start with the WebAssembly magic number (\\0asm); compile text (.wat) to a binary first".to_owned(),
+            ));
+        }
+    }
+    bytes.extend_from_slice(&magic);
+    // A file still growing stops at the cap too.
+    f.take(MAX_MODULE_BYTES - 4)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    Ok(bytes)
 }
 
 /// Loads with `tier`; a module the baseline compiler cannot compile goes

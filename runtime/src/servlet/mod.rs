@@ -20,6 +20,7 @@
 
 mod component;
 mod deadline;
+mod fault;
 mod guest;
 mod info;
 mod loader;
@@ -41,7 +42,7 @@ pub use info::{CallContext, ServletInfo};
 pub use loader::{Loader, LoaderError, Refused, SiteServlets};
 pub use native::{ABI_VERSION, LoadError};
 pub use route::{Route, RouteMatch, RouteOrigin, RouteTable, Target};
-pub use source::BuildError;
+pub use source::{BUILD_FOLDER, BuildError};
 
 use crate::body::Body;
 use crate::engine::Tier;
@@ -160,6 +161,29 @@ impl Servlet {
         let policy = ctx.body.at_most(self.info.limits.max_body_bytes);
         let (mut parts, body) = req.into_parts();
         remove_hop_by_hop(&mut parts.headers);
+        // Either kind of guest always sees a Host: the client's, else the
+        // target's authority (HTTP/2's `:authority`, an HTTP/1.0
+        // absolute-form target), else the server's name (a Host-less
+        // HTTP/1.0 request), as RFC 9113 §8.3.1 asks of a conversion.
+        if !parts.headers.contains_key(http::header::HOST) {
+            let host = parts
+                .uri
+                .authority()
+                .and_then(|a| http::HeaderValue::from_str(a.as_str()).ok())
+                .unwrap_or(http::HeaderValue::from_static("localhost"));
+            parts.headers.insert(http::header::HOST, host);
+        }
+        // In place of any the client sent: the client's address as swan
+        // found it (the peer, or per a trusted proxy) and the request's
+        // id, for a component, which cannot learn them otherwise, and for
+        // a native servlet reading headers (ABI parts 6 and 7 say the
+        // same), which would otherwise believe a client's own.
+        if let Ok(client) = http::HeaderValue::from_str(&ctx.remote.ip().to_string()) {
+            parts.headers.insert("x-forwarded-for", client);
+        }
+        parts
+            .headers
+            .insert(crate::request::id::REQUEST_ID_HEADER, ctx.id.header_value());
         let answer = match &self.pool {
             Pool::Native(pool) => {
                 let req = Request::from_parts(parts, body);
@@ -172,18 +196,7 @@ impl Servlet {
                 {
                     return Err(RequestError::PayloadTooLarge);
                 }
-                // The guest sees the normalised path, and always an
-                // authority: the Host, else the target's (HTTP/2's
-                // `:authority`), else the server's name (a Host-less
-                // HTTP/1.0 request).
-                if !parts.headers.contains_key(http::header::HOST) {
-                    let host = parts
-                        .uri
-                        .authority()
-                        .and_then(|a| http::HeaderValue::from_str(a.as_str()).ok())
-                        .unwrap_or(http::HeaderValue::from_static("localhost"));
-                    parts.headers.insert(http::header::HOST, host);
-                }
+                // The guest sees the normalised path.
                 let mut target = crate::request::path::encode(ctx.path);
                 if let Some(q) = parts.uri.query() {
                     target.push('?');

@@ -32,19 +32,22 @@ pub(crate) fn log_lines(text: &[u8]) -> impl Iterator<Item = String> + '_ {
     text.split(|&b| b == b'\n').filter_map(|line| {
         let line = String::from_utf8_lossy(line);
         let line = line.trim_end_matches('\r');
-        if line.is_empty() {
-            return None;
-        }
-        let mut out = String::with_capacity(line.len());
-        for c in line.chars() {
-            if c.is_control() && c != '\t' {
-                out.extend(c.escape_unicode());
-            } else {
-                out.push(c);
-            }
-        }
-        Some(out)
+        (!line.is_empty()).then(|| escape_controls(line))
     })
+}
+
+/// `text` with its control characters but tab escaped (`\u{a}`): it
+/// cannot end a log line or start one.
+pub(crate) fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\t' {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// One output stream of a guest instance.

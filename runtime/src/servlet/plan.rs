@@ -7,11 +7,10 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::info::ServletInfo;
 use super::route::RouteOrigin;
-use super::source::{self, BuildError, Source, SourceStamp};
+use super::source::{self, BuildError, BuildLimits, Source, SourceStamp};
 use crate::config::{RoutePath, SiteConfig};
 
 /// How a source folder's last build went.
@@ -50,12 +49,12 @@ pub(crate) enum PlannedTarget {
 pub(crate) fn list(
     dir: &Path,
     previous: Option<&HashMap<String, BuildRecord>>,
-    builds: Option<Duration>,
+    builds: Option<&BuildLimits>,
 ) -> Listing {
     // Tools run inside the source folder: every path handed to them must
     // be absolute.
     let dir = &dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let Some(build_timeout) = builds else {
+    let Some(limits) = builds else {
         for source in source::find(dir) {
             tracing::warn!(servlet = %source.name, dir = %source.dir.display(), "source folder not built: production mode loads .wasm files only (set build_sources = true in [server] to build sources here)");
         }
@@ -64,7 +63,7 @@ pub(crate) fn list(
             sources: Vec::new(),
         };
     };
-    let sources = source::find(dir)
+    let sources: Vec<_> = source::find(dir)
         .into_iter()
         .map(|source| {
             let stamp = source::stamp(&source.dir);
@@ -72,8 +71,8 @@ pub(crate) fn list(
                 Some(r) if r.stamp == stamp => r.clone(),
                 _ => BuildRecord {
                     stamp,
-                    error: source::build(&source, dir, build_timeout).err().map(|e| {
-                        tracing::error!(servlet = %source.name, "build failed; the previous version (if any) keeps serving");
+                    error: source::build(&source, dir, limits).err().map(|e| {
+                        tracing::error!(servlet = %source.name, "build failed: in development mode its route answers with the compiler's output, else the previous version (if any) keeps serving");
                         Arc::new(e)
                     }),
                 },
@@ -83,10 +82,13 @@ pub(crate) fn list(
             (source, record, module)
         })
         .collect();
-    Listing {
-        wasm: wasm_files(dir),
-        sources,
+    let wasm = wasm_files(dir);
+    for (source, _, _) in &sources {
+        if wasm.iter().any(|(name, _)| *name == source.name) {
+            tracing::warn!(servlet = %source.name, dir = %dir.display(), "{}.wasm is not served: the source folder {}/ beside it builds the servlet of that route (remove one of them)", source.name, source.name);
+        }
     }
+    Listing { wasm, sources }
 }
 
 /// `NAME.wasm` files of a folder.

@@ -13,6 +13,8 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process_group};
@@ -46,9 +48,13 @@ pub struct BuildError {
     pub output: String,
 }
 
+/// The folder of a servlets folder that holds build output (Cargo's and
+/// swan's): never a servlet's source, never watched.
+pub const BUILD_FOLDER: &str = "target";
+
 /// The folder where built modules go.
 pub(crate) fn out_dir(servlets: &Path) -> PathBuf {
-    servlets.join("target").join("swan")
+    servlets.join(BUILD_FOLDER).join("swan")
 }
 
 /// Source folders of a servlets folder.
@@ -62,7 +68,7 @@ pub(crate) fn find(servlets: &Path) -> Vec<Source> {
         .filter(|p| p.is_dir())
         .filter_map(|dir| {
             let name = dir.file_name()?.to_str()?.to_owned();
-            if name == "target" || name.starts_with('.') {
+            if name == BUILD_FOLDER || name.starts_with('.') {
                 return None;
             }
             let kind = SourceKind::detect(&dir)?;
@@ -89,6 +95,10 @@ pub(crate) struct SourceStamp {
     files: u64,
     bytes: u64,
     newest_ns: u128,
+    /// Every file's identity and change time, mixed: a file replaced by
+    /// one of the same size with an older date (`cp -p`, `rsync -a`,
+    /// `tar x`) changes it, where it changes neither of the others.
+    identities: u64,
 }
 
 /// The stamp of a source folder. Build output (`target/`, `.wasm` files),
@@ -105,7 +115,7 @@ pub(crate) fn stamp(dir: &Path) -> SourceStamp {
             let name = entry.file_name();
             let name = name.to_string_lossy();
             if name.starts_with('.')
-                || name == "target"
+                || name == BUILD_FOLDER
                 || name == "node_modules"
                 || name == "__pycache__"
                 || name.ends_with(".wasm")
@@ -120,6 +130,7 @@ pub(crate) fn stamp(dir: &Path) -> SourceStamp {
                 acc.files += 1;
                 acc.bytes += file.len;
                 acc.newest_ns = acc.newest_ns.max(file.mtime_ns);
+                acc.identities = acc.identities.wrapping_add(file.identity_bits());
             }
         }
     }
@@ -127,13 +138,47 @@ pub(crate) fn stamp(dir: &Path) -> SourceStamp {
     acc
 }
 
+/// How long a build may run, and the switch that stops a server's builds
+/// at once when it stops: a build never holds up its exit.
+#[derive(Debug, Clone)]
+pub(crate) struct BuildLimits {
+    timeout: Duration,
+    stopped: Arc<AtomicBool>,
+}
+
+impl BuildLimits {
+    /// Builds of at most `timeout` each.
+    pub(crate) fn new(timeout: Duration) -> BuildLimits {
+        BuildLimits {
+            timeout,
+            stopped: Arc::default(),
+        }
+    }
+
+    /// Kills the build running now, and fails every later one.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
+
+    fn within(&self, timeout: Duration) -> BuildLimits {
+        BuildLimits {
+            timeout,
+            stopped: self.stopped.clone(),
+        }
+    }
+}
+
 /// Builds `source` into `out_dir(servlets)/NAME.wasm` (replaced only by a
-/// successful build); a build running longer than `timeout` is killed
-/// (with every process it started) and fails.
+/// successful build); a build running past its limits' timeout, or when
+/// they are stopped, is killed (with every process it started) and fails.
 pub(crate) fn build(
     source: &Source,
     servlets: &Path,
-    timeout: Duration,
+    limits: &BuildLimits,
 ) -> Result<PathBuf, BuildError> {
     let out = out_dir(servlets);
     let fail = |output: String| BuildError {
@@ -146,7 +191,7 @@ pub(crate) fn build(
     let staging = out.join(format!("{}.wasm.building", source.name));
     tracing::info!(servlet = %source.name, dir = %source.dir.display(), kind = ?source.kind, "building servlet");
     let started = Instant::now();
-    let built = build_with(source, servlets, &out, &staging, timeout).map_err(fail)?;
+    let built = build_with(source, servlets, &out, &staging, limits).map_err(fail)?;
     // Copy, then rename: the deployed file is never half-written.
     if built != staging {
         std::fs::copy(&built, &staging)
@@ -170,7 +215,7 @@ fn build_with(
     servlets: &Path,
     out: &Path,
     staging: &Path,
-    timeout: Duration,
+    limits: &BuildLimits,
 ) -> Result<PathBuf, String> {
     let dir = &source.dir;
     let name = &source.name;
@@ -192,7 +237,7 @@ fn build_with(
             } else {
                 "wasm32-wasip2"
             };
-            let target_dir = servlets.join("target").join("cargo");
+            let target_dir = servlets.join(BUILD_FOLDER).join("cargo");
             let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
             cmd.current_dir(dir)
                 .args(["build", "--release", "--target", triple, "--color", "never"])
@@ -200,7 +245,7 @@ fn build_with(
                 .arg(dir.join("Cargo.toml"))
                 .arg("--target-dir")
                 .arg(&target_dir);
-            run(name, cmd, timeout)?;
+            run(name, cmd, limits)?;
             let artefact = rust_artefact(dir)?;
             Ok(target_dir.join(triple).join("release").join(artefact))
         }
@@ -222,7 +267,7 @@ fn build_with(
                 .arg("-o")
                 .arg(staging)
                 .args(c_files(dir));
-            run(name, cmd, timeout)?;
+            run(name, cmd, limits)?;
             Ok(staging.to_owned())
         }
         SourceKind::AssemblyScript | SourceKind::JsComponent => {
@@ -232,11 +277,15 @@ fn build_with(
                 let mut ci = Command::new(&npm);
                 ci.current_dir(dir)
                     .args(["ci", "--no-audit", "--no-fund", "--no-progress"]);
-                run(name, ci, timeout)?;
+                run(name, ci, limits)?;
             }
             let mut cmd = Command::new(&npm);
             cmd.current_dir(dir).args(["run", "--silent", "build"]);
-            run(name, cmd, timeout.saturating_sub(started.elapsed()))?;
+            run(
+                name,
+                cmd,
+                &limits.within(limits.timeout.saturating_sub(started.elapsed())),
+            )?;
             // The templates' build scripts write NAME.wasm in the folder.
             npm_output(dir, name)
         }
@@ -255,7 +304,7 @@ fn build_with(
                 "ReleaseSmall",
             ])
             .arg(format!("-femit-bin={}", staging.display()));
-            run(name, cmd, timeout)?;
+            run(name, cmd, limits)?;
             Ok(staging.to_owned())
         }
         SourceKind::Go => {
@@ -269,7 +318,7 @@ fn build_with(
                 .args(["build", "-buildmode=c-shared", "-o"])
                 .arg(staging)
                 .arg(".");
-            run(name, cmd, timeout)?;
+            run(name, cmd, limits)?;
             Ok(staging.to_owned())
         }
         SourceKind::PythonComponent => {
@@ -291,7 +340,7 @@ fn build_with(
                     "-o",
                 ])
                 .arg(staging);
-            run(name, cmd, timeout)?;
+            run(name, cmd, limits)?;
             Ok(staging.to_owned())
         }
     }
@@ -329,7 +378,11 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// Runs a build command in a process group of its own, logging its output
 /// line by line as it comes; past `timeout` the whole group is killed.
-fn run(name: &str, mut cmd: Command, timeout: Duration) -> Result<(), String> {
+fn run(name: &str, mut cmd: Command, limits: &BuildLimits) -> Result<(), String> {
+    let timeout = limits.timeout;
+    if limits.stopping() {
+        return Err("not built: the server is stopping".to_owned());
+    }
     let mut child = cmd
         .process_group(0)
         .stdin(Stdio::null())
@@ -379,7 +432,7 @@ fn run(name: &str, mut cmd: Command, timeout: Duration) -> Result<(), String> {
         }
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() > timeout => {
+            Ok(None) if started.elapsed() > timeout || limits.stopping() => {
                 // The tool's own children (rustc under cargo, a build
                 // script) are in the group too.
                 if let Some(group) = i32::try_from(child.id()).ok().and_then(Pid::from_raw) {
@@ -401,6 +454,10 @@ fn run(name: &str, mut cmd: Command, timeout: Duration) -> Result<(), String> {
     match status {
         Some(s) if s.success() => Ok(()),
         Some(_) => Err(output),
+        None if limits.stopping() => {
+            tracing::info!(servlet = %name, "build killed: the server is stopping");
+            Err(format!("{output}\nbuild killed: the server is stopping\n"))
+        }
         None => {
             tracing::error!(servlet = %name, ?timeout, "build killed: it ran past build_timeout");
             Err(format!(

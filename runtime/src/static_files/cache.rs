@@ -223,7 +223,7 @@ impl Loader<'_> {
                 tracing::warn!(site = %self.site.name, file = ?entry.path(), "skipped: file name is not UTF-8");
                 continue;
             };
-            if name.starts_with('.') {
+            if crate::request::path::is_hidden(name, prefix.is_empty()) {
                 continue;
             }
             let path = entry.path();
@@ -267,12 +267,16 @@ impl Loader<'_> {
 
     /// Whether `real` (a resolved path inside the root) is never served:
     /// in the servlets folder, or a dotfile or in a dot-folder (a link to
-    /// one is not a way to serve it).
+    /// one is not a way to serve it). The folders of a Kubernetes volume's
+    /// atomic writer (`..data`, `..2026_12_02_06_00_00.1234`), which every
+    /// file of a ConfigMap mounted as a root links through, are not
+    /// dot-folders: their names start with `..`, which no path can name.
     fn private(&self, real: &Path) -> bool {
         let hidden = real.strip_prefix(&self.root).is_ok_and(|inside| {
-            inside
-                .components()
-                .any(|c| c.as_os_str().as_encoded_bytes().starts_with(b"."))
+            inside.components().enumerate().any(|(i, c)| {
+                let name = c.as_os_str().to_string_lossy();
+                !name.starts_with("..") && crate::request::path::is_hidden(&name, i == 0)
+            })
         });
         hidden
             || self

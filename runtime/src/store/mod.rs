@@ -81,6 +81,9 @@ pub struct StoreStats {
     pub limited: Counter,
     /// Other failures (not a number, backend errors).
     pub failed: Counter,
+    /// Whether the last operation found the backend unreachable: the log
+    /// says when that starts and when it ends, once each.
+    down: std::sync::atomic::AtomicBool,
 }
 
 enum Backend {
@@ -150,12 +153,22 @@ impl Store {
     }
 
     fn tally<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        use std::sync::atomic::Ordering::Relaxed;
         self.stats.operations.add(1);
+        let down = &self.stats.down;
         match &result {
-            Ok(_) => {}
-            Err(StoreError::Unavailable(_)) => self.stats.unavailable.add(1),
+            Err(StoreError::Unavailable(why)) => {
+                self.stats.unavailable.add(1);
+                if !down.load(Relaxed) && !down.swap(true, Relaxed) {
+                    tracing::warn!(store = %self.name(), reason = %why, "store unavailable: its operations answer 503 until it is back");
+                }
+            }
             Err(StoreError::Limit(_)) => self.stats.limited.add(1),
             Err(_) => self.stats.failed.add(1),
+            Ok(_) => {}
+        }
+        if result.is_ok() && down.load(Relaxed) && down.swap(false, Relaxed) {
+            tracing::info!(store = %self.name(), "store available again");
         }
         result
     }

@@ -19,7 +19,7 @@ pub(crate) const TLS_KEYS: &[&str] = &["cert", "key", "redirect_http", "hsts"];
 /// Keys of `[server.proxy]`.
 pub(crate) const PROXY_KEYS: &[&str] = &["trusted"];
 /// Keys of `[admin]`.
-pub(crate) const ADMIN_KEYS: &[&str] = &["listen"];
+pub(crate) const ADMIN_KEYS: &[&str] = &["listen", "ready_needs_stores"];
 /// Keys of `[log]`.
 pub(crate) const LOG_KEYS: &[&str] = &["access", "format", "buffer"];
 
@@ -243,7 +243,11 @@ pub(super) fn admin(
         );
         return None;
     }
-    Some(AdminConfig { listen })
+    let ready_needs_stores = t.bool(diag, "ready_needs_stores").unwrap_or(true);
+    Some(AdminConfig {
+        listen,
+        ready_needs_stores,
+    })
 }
 
 /// `[log]`.

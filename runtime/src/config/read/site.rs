@@ -243,25 +243,22 @@ pub(super) fn read(
 ) -> Option<(SiteConfig, SitePositions)> {
     let site_key = t.key_path("");
     let site_key = site_key.trim_end_matches('.');
-    let hosts: Vec<String> = t
-        .strings(diag, "hosts")
-        .unwrap_or_default()
+    let listed = t.strings(diag, "hosts").unwrap_or_default();
+    // Named after its first host, even one refused below: a made-up
+    // "default" would also clash with another site's name.
+    let first_listed = listed.first().map(|h| h.get_ref().trim().to_owned());
+    let hosts: Vec<String> = listed
         .into_iter()
-        .filter_map(|h| {
-            let host = h.get_ref().trim().to_ascii_lowercase();
-            if host.is_empty() || host.contains(['/', ' ', ':']) {
+        .filter_map(|h| match host_name(h.get_ref()) {
+            Ok(host) => Some(host),
+            Err((message, hint)) => {
                 diag.error(
                     h.span(),
                     &format!("{site_key}.hosts"),
-                    format!("{:?} is not a host name", h.get_ref()),
-                    Some(
-                        "write the bare name, such as \"example.com\", without scheme or port"
-                            .to_owned(),
-                    ),
+                    message,
+                    Some(hint.to_owned()),
                 );
                 None
-            } else {
-                Some(host)
             }
         })
         .collect();
@@ -280,6 +277,7 @@ pub(super) fn read(
         n => n.map(|n| n.into_inner()),
     }
     .or_else(|| hosts.first().cloned())
+    .or(first_listed)
     .unwrap_or_else(|| "default".to_owned());
     let default = t.bool(diag, "default").unwrap_or(false);
     // An empty path would be the configuration's own folder: its files,
@@ -412,4 +410,74 @@ pub(super) fn read(
         },
         positions,
     ))
+}
+
+/// A `hosts` entry as requests are matched against it: lower case, without
+/// the root's trailing dot (`Example.COM.` is `example.com`, as a request's
+/// Host is read); an IPv6 address in brackets. Else what is wrong, and a
+/// hint: an entry that could never match a request is an error, not a
+/// site nobody reaches.
+fn host_name(raw: &str) -> Result<String, (String, &'static str)> {
+    let host = raw.trim().to_ascii_lowercase();
+    let bare = "write the bare name, such as \"example.com\", without scheme or port";
+    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return match inner.parse::<std::net::Ipv6Addr>() {
+            Ok(_) => Ok(host),
+            Err(_) => Err((
+                format!("{raw:?} is not an IPv6 address"),
+                "write it as \"[2001:db8::1]\"",
+            )),
+        };
+    }
+    if host.contains('*') {
+        return Err((
+            format!("{raw:?}: host names are matched exactly, there are no wildcards"),
+            "list every name the site answers to; a site with `default = true` answers the rest",
+        ));
+    }
+    if !host.is_ascii() {
+        return Err((
+            format!(
+                "{raw:?} is not ASCII: clients send internationalised names in their ASCII form"
+            ),
+            "write the name as its punycode (\"bücher.example\" is \"xn--bcher-kva.example\")",
+        ));
+    }
+    let name = host.strip_suffix('.').unwrap_or(&host);
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+        return Err((format!("{raw:?} is not a host name"), bare));
+    }
+    Ok(name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_name;
+
+    #[test]
+    fn host_names_are_read_as_requests_are_matched() {
+        assert_eq!(host_name(" Example.COM. ").as_deref(), Ok("example.com"));
+        assert_eq!(host_name("[::1]").as_deref(), Ok("[::1]"));
+        assert_eq!(host_name("127.0.0.1").as_deref(), Ok("127.0.0.1"));
+        for never in [
+            "*.example.com",
+            "bücher.example",
+            "exa\tmple",
+            ".",
+            "a..b",
+            "http://a",
+            "a:80",
+            "[::1",
+            "[nope]",
+            "",
+        ] {
+            assert!(host_name(never).is_err(), "{never:?}");
+        }
+    }
 }

@@ -7,6 +7,7 @@ use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 
 use super::{BodyVerdict, ComponentGuest, DeadlineExceeded};
 use crate::request::RequestError;
+use crate::servlet::fault::fault_line;
 
 /// What a guest's own error code means, for either wasi:http version.
 #[derive(Debug)]
@@ -53,12 +54,9 @@ impl ComponentGuest {
         if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
             return format!("exited with code {}", exit.0);
         }
-        match e.downcast_ref::<wasmtime::Trap>() {
-            // With the wasm backtrace (it goes to the log, and in
-            // development mode to the client).
-            Some(trap) => format!("trap: {trap}\n{e:?}"),
-            None => format!("{e:#}"),
-        }
+        // One line, with the guest's frames (it goes to the log, and in
+        // development mode to the client).
+        fault_line(e)
     }
 
     /// What a guest's own error code means for the client.

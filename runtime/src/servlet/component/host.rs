@@ -130,6 +130,14 @@ impl ComponentHost {
     }
 }
 
+/// An instance dropped mid-request (its client left, its deadline passed)
+/// still logs what its guest printed.
+impl Drop for ComponentHost {
+    fn drop(&mut self) {
+        self.flush_output();
+    }
+}
+
 impl WasiView for ComponentHost {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {

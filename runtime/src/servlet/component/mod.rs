@@ -324,18 +324,9 @@ impl Guest for ComponentGuest {
     async fn handle<L: Lent<ComponentInstance>>(
         &self,
         mut lease: L,
-        mut input: ComponentInput,
+        input: ComponentInput,
         ctx: &CallContext<'_>,
     ) -> Result<Response<Body>, RequestError> {
-        // What the guest cannot learn from wasi:http, in the headers it
-        // can read, in place of any the client sent: the client's address
-        // as swan found it (the peer, or per a trusted proxy) and the
-        // request's id, as native servlets get them (ABI parts 6 and 7).
-        let headers = input.req.headers_mut();
-        if let Ok(client) = http::HeaderValue::from_str(&ctx.remote.ip().to_string()) {
-            headers.insert("x-forwarded-for", client);
-        }
-        headers.insert(crate::request::id::REQUEST_ID_HEADER, ctx.id.header_value());
         let id = ctx.id.to_string();
         let stats = lease.stats();
         let Some(instance) = lease.instance() else {

@@ -52,13 +52,13 @@ const FORBIDDEN: i32 = -2;
 
 /// Adds the `swan` module to a linker.
 pub(crate) fn add_to_linker(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
-    linker.func_wrap("swan", "request_get", request_get)?;
-    linker.func_wrap("swan", "request_header", request_header)?;
-    linker.func_wrap("swan", "setting", setting)?;
+    host_fn!(linker, "request_get", request_get, (which: i32, ptr: i32, len: i32))?;
+    host_fn!(linker, "request_header", request_header, (np: i32, nl: i32, bp: i32, bl: i32))?;
+    host_fn!(linker, "setting", setting, (kp: i32, kl: i32, bp: i32, bl: i32))?;
     linker.func_wrap("swan", "response_status", response_status)?;
-    linker.func_wrap("swan", "response_header", response_header)?;
-    linker.func_wrap("swan", "response_write", response_write)?;
-    linker.func_wrap("swan", "log", log)?;
+    host_fn!(linker, "response_header", response_header, (np: i32, nl: i32, vp: i32, vl: i32))?;
+    host_fn!(linker, "response_write", response_write, (ptr: i32, len: i32))?;
+    host_fn!(linker, "log", log, (level: i32, ptr: i32, len: i32))?;
     Ok(())
 }
 

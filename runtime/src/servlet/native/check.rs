@@ -254,6 +254,22 @@ fn check_exports(module: &Module, file: &Path) -> Result<(), LoadError> {
             }
         }
     }
+    // A reactor's `_initialize` must run before anything else: one of
+    // another type would be skipped, leaving the guest uninitialised.
+    match module.get_export("_initialize") {
+        None => {}
+        Some(ExternType::Func(f)) if f.params().len() == 0 && f.results().len() == 0 => {}
+        Some(ExternType::Func(f)) => {
+            return Err(err(format!(
+                "export `_initialize` must be a function () -> (), found {f}"
+            )));
+        }
+        Some(_) => {
+            return Err(err(
+                "export `_initialize` must be a function () -> ()".to_owned()
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -44,12 +44,8 @@ enum SendError {
 }
 
 pub(crate) fn add_to_linker(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
-    linker.func_wrap_async(
-        "swan",
-        "http_send",
-        |caller: Caller<'_, Host>, (ptr, len): (i32, i32)| Box::new(http_send(caller, ptr, len)),
-    )?;
-    linker.func_wrap("swan", "http_response_get", http_response_get)?;
+    host_fn_async!(linker, "http_send", http_send, (ptr: i32, len: i32))?;
+    host_fn!(linker, "http_response_get", http_response_get, (part: i32, ptr: i32, len: i32))?;
     Ok(())
 }
 

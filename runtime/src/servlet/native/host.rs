@@ -141,3 +141,11 @@ impl Host {
         }
     }
 }
+
+/// An instance dropped mid-request (its client left, its deadline passed)
+/// still logs what its guest printed.
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.flush_output();
+    }
+}

@@ -46,57 +46,14 @@ fn error_code(e: &StoreError) -> i32 {
 }
 
 pub(crate) fn add_to_linker(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
-    linker.func_wrap("swan", "kv_open", kv_open)?;
-    linker.func_wrap_async(
-        "swan",
-        "kv_get",
-        |caller: Caller<'_, Host>, (h, k, kl, buf, bl): (i32, i32, i32, i32, i32)| {
-            Box::new(kv_get(caller, h, k, kl, buf, bl))
-        },
-    )?;
-    linker.func_wrap_async(
-        "swan",
-        "kv_set",
-        |caller: Caller<'_, Host>, (h, k, kl, v, vl, ttl): (i32, i32, i32, i32, i32, i64)| {
-            Box::new(kv_set(caller, h, k, kl, v, vl, ttl))
-        },
-    )?;
-    linker.func_wrap_async(
-        "swan",
-        "kv_delete",
-        |caller: Caller<'_, Host>, (h, k, kl): (i32, i32, i32)| {
-            Box::new(kv_delete(caller, h, k, kl))
-        },
-    )?;
-    linker.func_wrap_async(
-        "swan",
-        "kv_exists",
-        |caller: Caller<'_, Host>, (h, k, kl): (i32, i32, i32)| {
-            Box::new(kv_exists(caller, h, k, kl))
-        },
-    )?;
-    linker.func_wrap_async(
-        "swan",
-        "kv_increment",
-        |caller: Caller<'_, Host>, (h, k, kl, delta, out): (i32, i32, i32, i64, i32)| {
-            Box::new(kv_increment(caller, h, k, kl, delta, out))
-        },
-    )?;
-    linker.func_wrap_async(
-        "swan",
-        "kv_cas",
-        |caller: Caller<'_, Host>,
-         (h, k, kl, e, el, n, nl): (i32, i32, i32, i32, i32, i32, i32)| {
-            Box::new(kv_cas(caller, h, k, kl, e, el, n, nl))
-        },
-    )?;
-    linker.func_wrap_async(
-        "swan",
-        "kv_list",
-        |caller: Caller<'_, Host>, (h, p, pl, cursor, buf, bl): (i32, i32, i32, i64, i32, i32)| {
-            Box::new(kv_list(caller, h, p, pl, cursor, buf, bl))
-        },
-    )?;
+    host_fn!(linker, "kv_open", kv_open, (name: i32, name_len: i32))?;
+    host_fn_async!(linker, "kv_get", kv_get, (h: i32, k: i32, kl: i32, buf: i32, bl: i32))?;
+    host_fn_async!(linker, "kv_set", kv_set, (h: i32, k: i32, kl: i32, v: i32, vl: i32, ttl: i64))?;
+    host_fn_async!(linker, "kv_delete", kv_delete, (h: i32, k: i32, kl: i32))?;
+    host_fn_async!(linker, "kv_exists", kv_exists, (h: i32, k: i32, kl: i32))?;
+    host_fn_async!(linker, "kv_increment", kv_increment, (h: i32, k: i32, kl: i32, delta: i64, out: i32))?;
+    host_fn_async!(linker, "kv_cas", kv_cas, (h: i32, k: i32, kl: i32, e: i32, el: i32, n: i32, nl: i32))?;
+    host_fn_async!(linker, "kv_list", kv_list, (h: i32, p: i32, pl: i32, cursor: i64, buf: i32, bl: i32))?;
     Ok(())
 }
 

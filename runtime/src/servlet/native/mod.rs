@@ -5,6 +5,38 @@
 //! - `abi`: the host side of the ABI (linker functions);
 //! - `host`: per-instance state (WASI, limits, request, response).
 
+/// Adds host function `$f` to `$linker` as `swan::$name`: an error it
+/// returns (a bad pointer...) names the call in the log.
+macro_rules! host_fn {
+    ($linker:expr, $name:literal, $f:path, ($($arg:ident: $ty:ty),*)) => {
+        $linker.func_wrap(
+            "swan",
+            $name,
+            |caller: wasmtime::Caller<'_, Host>, $($arg: $ty),*| {
+                $f(caller, $($arg),*)
+                    .map_err(|e| e.context(crate::servlet::fault::HostCall($name)))
+            },
+        )
+    };
+}
+
+/// [`host_fn`] for a host function that waits (a store, an upstream).
+macro_rules! host_fn_async {
+    ($linker:expr, $name:literal, $f:path, ($($arg:ident: $ty:ty),*)) => {
+        $linker.func_wrap_async(
+            "swan",
+            $name,
+            |caller: wasmtime::Caller<'_, Host>, ($($arg,)*): ($($ty,)*)| {
+                Box::new(async move {
+                    $f(caller, $($arg),*)
+                        .await
+                        .map_err(|e| e.context(crate::servlet::fault::HostCall($name)))
+                })
+            },
+        )
+    };
+}
+
 mod abi;
 mod check;
 mod fetch;
@@ -25,6 +57,7 @@ pub use check::LoadError;
 pub(crate) use check::load;
 
 use super::deadline::{Deadline, HOST_CALL_GRACE};
+use super::fault::fault_line;
 use super::guest::started_within;
 use super::guest::{Guest, GuestError, Lent};
 use super::info::{CallContext, ServletInfo};
@@ -100,10 +133,7 @@ where
 
 impl NativeGuest {
     fn log_fault(&self, what: &str, e: &wasmtime::Error, id: &str) {
-        let detail = match e.downcast_ref::<wasmtime::Trap>() {
-            Some(trap) => format!("trap: {trap}"),
-            None => format!("{e:#}"),
-        };
+        let detail = fault_line(e);
         tracing::warn!(servlet = %self.info.name, request_id = %id, error = %detail, "servlet {what}");
     }
 }

@@ -107,8 +107,13 @@ impl Drop for Attempt<'_> {
 
 impl Connection {
     fn failed_now(&self, e: &StoreError) {
+        // The reason alone: `recently_failed` says "unavailable" again.
+        let why = match e {
+            StoreError::Unavailable(why) => why.clone(),
+            other => other.to_string(),
+        };
         if let Ok(mut failed) = self.failed.lock() {
-            *failed = Some((Instant::now(), e.to_string()));
+            *failed = Some((Instant::now(), why));
         }
     }
 
