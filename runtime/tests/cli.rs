@@ -754,12 +754,13 @@ fn compiled_code_is_mapped_from_the_cache_folder_across_restarts() {
     let (child, maps) = serve("");
     let first = artifacts();
     // One artifact per compiler tier the load used (the optimising one at
-    // least), no temporary file left.
+    // least), each with its checksum, no temporary file left.
     assert!(!first.is_empty(), "nothing under {}", code.display());
     assert!(
-        first
-            .iter()
-            .all(|(p, _)| p.extension().is_some_and(|e| e == "cwasm")),
+        first.iter().all(|(p, _)| {
+            let is = |ext: &str| p.extension().is_some_and(|e| e == ext);
+            is("cwasm") && p.with_extension("sum").is_file() || is("sum")
+        }),
         "{first:?}"
     );
     assert!(

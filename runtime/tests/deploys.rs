@@ -390,7 +390,7 @@ fn a_stop_kills_a_source_build_that_hangs() {
     .expect("config");
     std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
     let mut s = start(dir.path(), &[], false);
-    let (_log, rx) = log_lines(s.child.stderr.take().expect("stderr"));
+    let (log, rx) = log_lines(s.child.stderr.take().expect("stderr"));
     // Made aside, then moved in whole: one build, of a complete folder.
     let stuck = dir.path().join("stuck");
     std::fs::create_dir(&stuck).expect("stuck");
@@ -425,6 +425,13 @@ fn a_stop_kills_a_source_build_that_hangs() {
     let status = status.expect("the process exits while its build hangs");
     assert!(status.success(), "{status}");
     assert!(started.elapsed() < Duration::from_secs(15));
+    // The build did hang, and was killed for the stop (not a toolchain
+    // that failed at once).
+    let log = log.lock().expect("log").join("\n");
+    assert!(
+        log.contains("build killed: the server is stopping"),
+        "{log}"
+    );
 }
 
 /// Started through a symlink that an install then flips to a new version

@@ -101,8 +101,8 @@ async fn malformed_requests_get_400_and_the_connection_closes() -> Result<()> {
     Ok(())
 }
 
-/// `OPTIONS *` is a ping (RFC 9110 §9.3.7): 200 with no content. `*`
-/// with any other method names no resource: 400.
+/// `OPTIONS *` is a ping (RFC 9110 §9.3.7): 200 with no content, over
+/// both protocols. `*` with any other method names no resource: 400.
 #[tokio::test]
 async fn options_asterisk_is_answered_as_a_ping() -> Result<()> {
     let (_site, server) = server_with("").await?;
@@ -121,6 +121,29 @@ async fn options_asterisk_is_answered_as_a_ping() -> Result<()> {
         )
         .await?;
     assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    // HTTP/2: `:path` `*` beside its scheme and authority.
+    use swan_tests::h2raw::{self, H2Conn, flag, kind};
+    let authority = server.addr().to_string();
+    let mut block = vec![0x02, 7];
+    block.extend_from_slice(b"OPTIONS");
+    block.extend_from_slice(&[0x86, 0x04, 1, b'*', 0x01, authority.len() as u8]);
+    block.extend_from_slice(authority.as_bytes());
+    let mut conn = H2Conn::open(server.addr()).await?;
+    conn.send(&h2raw::frame(
+        kind::HEADERS,
+        flag::END_STREAM | flag::END_HEADERS,
+        1,
+        &block,
+    ))
+    .await;
+    let head = conn
+        .wait_for(Duration::from_secs(5), |f| {
+            f.kind == kind::HEADERS && f.stream == 1
+        })
+        .await
+        .expect("an answer");
+    // HPACK static index 8: `:status 200`.
+    assert_eq!(head.payload.first(), Some(&0x88), "{head:?}");
     Ok(())
 }
 

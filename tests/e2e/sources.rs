@@ -213,3 +213,40 @@ async fn a_hanging_build_is_killed_at_build_timeout_and_reload_goes_on() -> Resu
     );
     Ok(())
 }
+
+/// A source folder kept elsewhere and linked into the servlets folder
+/// (`servlets/api -> ../code/api`) is built, and rebuilt when its sources
+/// change: the watcher follows no link, so the folder a link names is
+/// watched itself, and so is one linked in later.
+#[tokio::test]
+async fn a_linked_source_folder_is_watched_where_it_is() -> Result<()> {
+    let site = TestSite::new()?;
+    site.file("code/api/main.c", c_source("linked 1"))?;
+    site.file("code/later/main.c", c_source("later 1"))?;
+    site.dir("servlets")?;
+    std::os::unix::fs::symlink("../code/api", site.path().join("servlets/api"))?;
+    let server = start(&site, "build_sources = true").await?;
+    assert_eq!(answer(&server, "/api").await.1, "linked 1");
+    site.file("code/api/main.c", c_source("linked 2"))?;
+    assert!(
+        eventually(WAIT, || async {
+            answer(&server, "/api").await.1 == "linked 2"
+        })
+        .await
+    );
+    std::os::unix::fs::symlink("../code/later", site.path().join("servlets/later"))?;
+    assert!(
+        eventually(WAIT, || async {
+            answer(&server, "/later").await.1 == "later 1"
+        })
+        .await
+    );
+    site.file("code/later/main.c", c_source("later 2"))?;
+    assert!(
+        eventually(WAIT, || async {
+            answer(&server, "/later").await.1 == "later 2"
+        })
+        .await
+    );
+    Ok(())
+}

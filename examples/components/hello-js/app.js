@@ -49,6 +49,9 @@ function add(text) {
   if (!Number.isSafeInteger(data?.a) || !Number.isSafeInteger(data?.b)) {
     return reply(400, TEXT, 'expected {"a": <int>, "b": <int>}');
   }
+  if (!Number.isSafeInteger(data.a + data.b)) {
+    return reply(400, TEXT, 'the sum is past 2^53, where JavaScript numbers stop being exact');
+  }
   return reply(200, 'application/json', JSON.stringify({ sum: data.a + data.b }));
 }
 

@@ -61,8 +61,11 @@ fn run(req: &Request) -> Result<Response, Error> {
                     _ => return Ok(Response::bad_request("after must be an entry ID (0 or more)")),
                 },
             };
-            // The last ID given out (adding 0 reads the counter).
-            let last = store.increment("next-id", 0)?;
+            // The last ID given out (a read: the counter is decimal text).
+            let last: i64 = store
+                .get("next-id")?
+                .and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok())
+                .unwrap_or(0);
             let end = last.min(after.saturating_add(PAGE));
             let mut entries = Vec::new();
             for id in after.saturating_add(1)..=end {

@@ -7,8 +7,17 @@ use swan_guest::kv::{Error, Store};
 use swan_guest::{Request, Response};
 
 fn visits(req: Request) -> Response {
-    let delta = if req.method() == "HEAD" { 0 } else { 1 };
-    let count = Store::open("default").and_then(|store| store.increment("visits", delta));
+    let count = Store::open("default").and_then(|store| {
+        if req.method() == "HEAD" {
+            // A read (the count is stored as decimal text), not a write.
+            let stored = store.get("visits")?;
+            Ok(stored
+                .and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok())
+                .unwrap_or(0))
+        } else {
+            store.increment("visits", 1)
+        }
+    });
     match count {
         Ok(n) => Response::text(format!("{n}")),
         // Redis down: say so; swan would answer 503 for us if we failed.

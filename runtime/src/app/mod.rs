@@ -364,7 +364,8 @@ impl App {
         checks::framing(req.headers())?;
         // `OPTIONS *` asks about the server, not a resource: a no-op, a
         // proxy's ping (RFC 9110 §9.3.7). Any other `*` is no path.
-        if req.method() == Method::OPTIONS && req.uri() == "*" {
+        // (HTTP/2 carries a scheme and authority beside the `*` path.)
+        if req.method() == Method::OPTIONS && req.uri().path() == "*" {
             return Ok(Response::new(Body::empty()));
         }
         let normalized = match path::normalize(req.uri().path()) {

@@ -191,8 +191,12 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
 /// version), and a bare name is looked up on `PATH` as the shell did.
 /// `current_exe` (`/proc/self/exe`) would name the file the link pointed
 /// to at start, the old version.
-/// (A name that is neither, as a wrapper may set, falls back to it.)
+/// The name is used only if it names, now, the very file running (a
+/// wrapper may set any name, `exec -a`): else it falls back to that.
 fn started_as() -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let running = std::env::current_exe()?;
+    let identity = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
     let by_name = std::env::args_os()
         .next()
         .map(std::path::PathBuf::from)
@@ -201,8 +205,8 @@ fn started_as() -> std::io::Result<std::path::PathBuf> {
             _ => Some(p),
         })
         .and_then(|p| std::path::absolute(p).ok())
-        .filter(|p| p.is_file());
-    by_name.map_or_else(std::env::current_exe, Ok)
+        .filter(|p| identity(p).is_some() && identity(p) == identity(&running));
+    Ok(by_name.unwrap_or(running))
 }
 
 /// How long a new binary may take to be ready on upgrade (it loads and

@@ -117,8 +117,8 @@ fn run(
     tx: mpsc::Sender<Msg>,
 ) {
     let mut tiering = HashSet::new();
-    // Modules open for writing: since when, and their site.
-    let mut writing: HashMap<PathBuf, (Instant, usize)> = HashMap::new();
+    // Modules open for writing, by file and site: since when.
+    let mut writing: HashMap<(PathBuf, usize), Instant> = HashMap::new();
     loop {
         let next = if writing.is_empty() {
             rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
@@ -152,7 +152,7 @@ fn run(
                 break;
             }
         }
-        hold_back_modules_being_written(&mut batch, &mut writing);
+        note_writes(&mut batch, &mut writing);
         if batch.is_empty() {
             continue;
         }
@@ -173,10 +173,15 @@ fn run(
                     }
                 }
             }
-            if !reloaded {
+            if reloaded {
+                // Sites may have moved: what is being written is seen
+                // again at its close.
+                writing.clear();
+            } else {
                 if stale {
                     batch.touch_all();
                 }
+                hold_back(&mut batch, &writing);
                 refresh_sites(&app, &batch.sites);
             }
             schedule_tier_up(&app, &tx, &mut tiering);
@@ -187,22 +192,19 @@ fn run(
     }
 }
 
-/// Leaves out of `batch` the servlets of a site with a module still open
-/// for writing (copied in place, not renamed into place), for up to
-/// [`WRITE_WAIT`]; the batch with its close (or the first past the wait)
-/// loads it whole.
-fn hold_back_modules_being_written(
-    batch: &mut Batch,
-    writing: &mut HashMap<PathBuf, (Instant, usize)>,
-) {
+/// Notes which modules `batch` saw written to and closed, in order; one
+/// open past [`WRITE_WAIT`] is given up on, and its site's servlets are
+/// looked at again.
+fn note_writes(batch: &mut Batch, writing: &mut HashMap<(PathBuf, usize), Instant>) {
     let now = Instant::now();
-    for (path, site) in batch.written.drain(..) {
-        writing.entry(path).or_insert((now, site));
+    for (path, site, open) in batch.writes.drain(..) {
+        if open {
+            writing.entry((path, site)).or_insert(now);
+        } else {
+            writing.remove(&(path, site));
+        }
     }
-    for path in batch.closed.drain(..) {
-        writing.remove(&path);
-    }
-    writing.retain(|path, (since, site)| {
+    writing.retain(|(path, site), since| {
         let waited = now.duration_since(*since) >= WRITE_WAIT;
         if waited {
             tracing::warn!(file = %path.display(), "still open for writing after {} s: loaded as it is", WRITE_WAIT.as_secs());
@@ -212,7 +214,13 @@ fn hold_back_modules_being_written(
         }
         !waited
     });
-    for (_, site) in writing.values() {
+}
+
+/// Leaves out of `batch` the servlets of each site with a module still
+/// open for writing (copied in place, not renamed into place): the batch
+/// with its close (or the first past [`WRITE_WAIT`]) loads it whole.
+fn hold_back(batch: &mut Batch, writing: &HashMap<(PathBuf, usize), Instant>) {
+    for (_, site) in writing.keys() {
         if let Some(r) = batch.sites.get_mut(*site) {
             r.servlets = false;
         }
@@ -281,6 +289,12 @@ fn schedule_tier_up(app: &App, tx: &mpsc::Sender<Msg>, tiering: &mut HashSet<usi
 /// Swaps an optimised servlet in for its baseline version, if that is still
 /// the one serving.
 fn tier_up(app: &App, old: &Arc<Servlet>, new: &Arc<Servlet>) {
+    // The file changed since `old` read it (a new version being copied
+    // in, which its own reload will load): this is not `old` optimised.
+    if !old.same_file_as(new) {
+        tracing::debug!(file = %old.info().file.display(), "changed since it went live: optimised code not swapped in");
+        return;
+    }
     let current = app.sites.load_full();
     let mut swapped = false;
     let sites = current

@@ -60,6 +60,11 @@ pub(super) struct Watched {
     /// named when the watches were made: one that names another now (a
     /// link on the way flipped) is watched anew.
     route_files: Vec<(PathBuf, Option<PathBuf>)>,
+    /// Folders a servlets folder links to (a source folder kept
+    /// elsewhere, `servlets/api -> ~/code/api`), by site: links are not
+    /// followed, so these are watched themselves (and watched anew when
+    /// the links change).
+    linked: Vec<(usize, PathBuf)>,
     _watchers: Vec<notify::RecommendedWatcher>,
 }
 
@@ -112,6 +117,19 @@ fn along(path: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// The folders outside `servlets` its entries link to (canonical).
+fn linked_folders(servlets: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(servlets) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_symlink()))
+        .filter_map(|e| e.path().canonicalize().ok())
+        .filter(|target| target.is_dir() && !target.starts_with(servlets))
+        .collect()
+}
+
 /// The folder at `path`'s device and inode.
 fn folder_id(path: &Path) -> Option<(u64, u64)> {
     path.is_dir()
@@ -154,6 +172,7 @@ impl Watched {
         let mut folders = Vec::new();
         let mut routes = Vec::new();
         let mut route_files = Vec::new();
+        let mut linked = Vec::new();
         for (i, site) in app.sites.load().iter().enumerate() {
             for route in &site.config.routes {
                 routes.extend(along(&route.servlet).into_iter().map(|file| (i, file)));
@@ -179,6 +198,12 @@ impl Watched {
                 && !root.as_ref().is_some_and(|r| dir.starts_with(r))
             {
                 watch(dir, RecursiveMode::Recursive)?;
+            }
+            for target in servlets.as_deref().map(linked_folders).unwrap_or_default() {
+                match watch(&target, RecursiveMode::Recursive) {
+                    Ok(()) => linked.push((i, target)),
+                    Err(e) => tracing::warn!("{e}; changes there are not seen"),
+                }
             }
             sites.push((root, servlets));
         }
@@ -220,6 +245,7 @@ impl Watched {
             routes,
             folders,
             route_files,
+            linked,
             _watchers: watchers,
         })
     }
@@ -227,7 +253,13 @@ impl Watched {
     /// Whether a site's folder is not the one watched: replaced, removed,
     /// or made since.
     pub(super) fn stale(&self) -> bool {
-        self.folders.iter().any(|f| folder_id(&f.dir) != f.id)
+        let links_changed = self.sites.iter().enumerate().any(|(i, (_, servlets))| {
+            let now = servlets.as_deref().map(linked_folders).unwrap_or_default();
+            let then = self.linked.iter().filter(|(s, _)| *s == i).map(|(_, d)| d);
+            !now.iter().eq(then)
+        });
+        links_changed
+            || self.folders.iter().any(|f| folder_id(&f.dir) != f.id)
             || self
                 .route_files
                 .iter()
@@ -240,11 +272,11 @@ impl Watched {
 pub(super) struct Batch {
     pub(super) config: bool,
     pub(super) sites: Vec<Refresh>,
-    /// `.wasm` files of a servlets folder written to (with their site),
-    /// and those closed after writing: a module copied in place is loaded
-    /// once its writer closes it, never half-written.
-    pub(super) written: Vec<(PathBuf, usize)>,
-    pub(super) closed: Vec<PathBuf>,
+    /// `.wasm` files of a servlets folder written to (`true`) or closed
+    /// after writing (`false`), with their site, in the order they came: a
+    /// module copied in place is loaded once its writer closes it, never
+    /// half-written.
+    pub(super) writes: Vec<(PathBuf, usize, bool)>,
 }
 
 impl Batch {
@@ -293,6 +325,13 @@ impl Batch {
             for (i, _) in watched.routes.iter().filter(|(_, file)| file == path) {
                 self.sites[*i].servlets = true;
             }
+            for (i, _) in watched
+                .linked
+                .iter()
+                .filter(|(_, dir)| path.starts_with(dir))
+            {
+                self.sites[*i].servlets = true;
+            }
             for (i, (root, servlets)) in watched.sites.iter().enumerate() {
                 if root.as_ref().is_some_and(|r| path.starts_with(r)) {
                     self.sites[i].files = true;
@@ -308,9 +347,9 @@ impl Batch {
                         // A write (not a creation: a link or a file
                         // made empty has no writer to wait for).
                         match event.kind {
-                            EventKind::Access(_) => self.closed.push(path.clone()),
+                            EventKind::Access(_) => self.writes.push((path.clone(), i, false)),
                             EventKind::Modify(ModifyKind::Data(_)) => {
-                                self.written.push((path.clone(), i));
+                                self.writes.push((path.clone(), i, true));
                             }
                             _ => {}
                         }

@@ -87,10 +87,13 @@ impl Tried {
     /// Whether loading `info` at `route` from a file stamped `stamp` is
     /// what was refused, recently enough to be refused again untried.
     fn answers(&self, route: &RoutePath, info: &ServletInfo, stamp: Option<FileStamp>) -> bool {
-        self.route == *route
-            && *self.info == *info
-            && self.stamp == stamp
-            && self.at.elapsed() < REFUSAL_KEPT
+        self.same(route, info, stamp) && self.at.elapsed() < REFUSAL_KEPT
+    }
+
+    /// Whether it was for `info` at `route` from a file stamped `stamp`,
+    /// however long ago.
+    fn same(&self, route: &RoutePath, info: &ServletInfo, stamp: Option<FileStamp>) -> bool {
+        self.route == *route && *self.info == *info && self.stamp == stamp
     }
 }
 
@@ -162,7 +165,9 @@ impl Loader {
         let started = std::time::Instant::now();
         let stats = Arc::new(super::stats::ServletStats::default());
         let info = Arc::new(info);
+        let before = FileStamp::of(&info.file);
         let bytes = read_module(&info.file)?;
+        let stamp = before.filter(|b| FileStamp::of(&info.file) == Some(*b));
         let (pool, tier) = if component::is_component(&bytes) {
             let (guest, tier) = with_fallback(tier, &info.name, |t| {
                 component::load(
@@ -203,6 +208,7 @@ impl Loader {
             tier,
             pool,
             stats,
+            stamp,
         }))
     }
 
@@ -367,12 +373,22 @@ impl Loader {
                             old
                         };
                         let kept_previous = old.is_some();
+                        // Tried again once its refusal was old enough (a
+                        // start slowed by a busy machine), and refused the
+                        // same: not news for the log or the counts.
+                        let fresh = !previous.is_some_and(|p| {
+                            p.refused.iter().any(|r| {
+                                r.tried
+                                    .as_ref()
+                                    .is_some_and(|t| t.same(&path, &tried.info, stamp))
+                            })
+                        });
                         loaded.push(old);
                         refused.push(Refused {
                             file,
                             error: Arc::new(error),
                             kept_previous,
-                            fresh: true,
+                            fresh,
                             tried: lasting.then_some(tried),
                         });
                     }

@@ -55,6 +55,10 @@ pub struct Servlet {
     tier: Tier,
     pool: Pool,
     stats: Arc<stats::ServletStats>,
+    /// The file's stamp when its bytes were read (none if it changed
+    /// while they were): a recompile of a file since changed is not the
+    /// same servlet.
+    stamp: Option<crate::file_stamp::FileStamp>,
 }
 
 /// A servlet's instances, by kind of guest.
@@ -115,6 +119,12 @@ impl Servlet {
     /// The compiler that made this servlet's code.
     pub fn tier(&self) -> Tier {
         self.tier
+    }
+
+    /// Whether `other` was compiled from the very bytes this was: the
+    /// file unchanged between the two reads.
+    pub fn same_file_as(&self, other: &Servlet) -> bool {
+        self.stamp.is_some() && self.stamp == other.stamp
     }
 
     /// Instances ready to serve right now.

@@ -201,6 +201,15 @@ struct Loader<'a> {
     progress: Progress,
 }
 
+/// A folder of a Kubernetes volume's atomic writer: `..data`, or
+/// `..2026_12_02_06_00_00.123456789`.
+fn kubelet_folder(name: &str) -> bool {
+    name == "..data"
+        || name
+            .strip_prefix("..")
+            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+}
+
 impl Loader<'_> {
     fn walk(&mut self, dir: &Path, prefix: &str) -> std::io::Result<()> {
         // A link to a folder that contains it would loop; one folder
@@ -270,12 +279,19 @@ impl Loader<'_> {
     /// one is not a way to serve it). The folders of a Kubernetes volume's
     /// atomic writer (`..data`, `..2026_12_02_06_00_00.1234`), which every
     /// file of a ConfigMap mounted as a root links through, are not
-    /// dot-folders: their names start with `..`, which no path can name.
+    /// dot-folders (no path can name them: a name starting with `.` is
+    /// hidden) and do not count; `.well-known` just inside one is at the
+    /// root of what it mounts.
     fn private(&self, real: &Path) -> bool {
         let hidden = real.strip_prefix(&self.root).is_ok_and(|inside| {
-            inside.components().enumerate().any(|(i, c)| {
+            let mut depth = 0;
+            inside.components().any(|c| {
                 let name = c.as_os_str().to_string_lossy();
-                !name.starts_with("..") && crate::request::path::is_hidden(&name, i == 0)
+                if kubelet_folder(&name) {
+                    return false;
+                }
+                depth += 1;
+                crate::request::path::is_hidden(&name, depth == 1)
             })
         });
         hidden

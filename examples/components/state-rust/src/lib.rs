@@ -126,8 +126,11 @@ fn guestbook(
                     Err(_) => return Ok(text(400, "after must be an entry ID (0 or more)")),
                 },
             };
-            // The last ID given out (adding 0 reads the counter).
-            let last = atomics::increment(bucket, "next-id", 0)?;
+            // The last ID given out (a read: the counter is decimal text).
+            let last: u64 = bucket
+                .get("next-id")?
+                .and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok())
+                .unwrap_or(0);
             let end = last.min(after.saturating_add(PAGE));
             let mut entries = Vec::new();
             for id in after.saturating_add(1)..=end {
@@ -206,11 +209,14 @@ fn answer(request: &IncomingRequest) -> Answer {
     let route = parts.next().unwrap_or("");
     let rest = parts.next().unwrap_or("").trim_matches('/');
     let result = store::open("default").and_then(|bucket| match route {
-        "visits" => {
-            // HEAD is safe: it counts nothing.
-            let delta = if matches!(request.method(), Method::Head) { 0 } else { 1 };
-            atomics::increment(&bucket, "visits", delta).map(|n| text(200, &n.to_string()))
-        }
+        // HEAD is safe: it reads the count (decimal text), adding nothing.
+        "visits" if matches!(request.method(), Method::Head) => bucket.get("visits").map(|v| {
+            let n: u64 = v
+                .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
+                .unwrap_or(0);
+            text(200, &n.to_string())
+        }),
+        "visits" => atomics::increment(&bucket, "visits", 1).map(|n| text(200, &n.to_string())),
         "guestbook" => guestbook(&bucket, &request.method(), rest, request),
         _ => Ok(text(404, "install this component as visits.wasm or guestbook.wasm")),
     });
