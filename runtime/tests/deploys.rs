@@ -176,6 +176,21 @@ fn wait_line(rx: &mpsc::Receiver<String>, needle: &str, limit: Duration) -> Stri
     panic!("no log line with {needle:?} within {limit:?}");
 }
 
+/// Waits for the line saying the new process of an upgrade is ready;
+/// its pid.
+fn upgraded_to(rx: &mpsc::Receiver<String>) -> u32 {
+    let line = wait_line(
+        rx,
+        "is ready; this one stops accepting",
+        Duration::from_secs(60),
+    );
+    line.split("new process ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"))
+}
+
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| !s.contains(") Z "))
@@ -240,17 +255,7 @@ fn sigusr2_upgrades_the_binary_under_load_without_a_failed_request() {
             .expect("kill")
             .success()
     );
-    let line = wait_line(
-        &rx,
-        "is ready; this one stops accepting",
-        Duration::from_secs(60),
-    );
-    let new_pid: u32 = line
-        .split("new process ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|pid| pid.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    let new_pid = upgraded_to(&rx);
     assert_ne!(new_pid, old_pid);
     // The old process drains and exits; its slow request completes.
     let status = wait_exit(&mut old.child, Duration::from_secs(30)).expect("old process exits");
@@ -485,17 +490,7 @@ fn sigusr2_through_a_flipped_symlink_starts_the_new_version() {
             .expect("kill")
             .success()
     );
-    let line = wait_line(
-        &rx,
-        "is ready; this one stops accepting",
-        Duration::from_secs(60),
-    );
-    let new_pid: u32 = line
-        .split("new process ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|pid| pid.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    let new_pid = upgraded_to(&rx);
     let status = wait_exit(&mut old.child, Duration::from_secs(30)).expect("old process exits");
     let _ = Command::new("kill")
         .args(["-TERM", &new_pid.to_string()])

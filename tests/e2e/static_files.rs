@@ -422,6 +422,16 @@ async fn missing_files_get_404_and_the_sites_own_page_when_present() -> Result<(
     Ok(())
 }
 
+/// `GET path` as sent, whatever it holds, and the whole reply.
+async fn raw_get(server: &TestServer, path: &str) -> Result<String> {
+    server
+        .raw(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            Duration::from_secs(5),
+        )
+        .await
+}
+
 #[tokio::test]
 async fn dotfiles_and_dot_folders_are_never_served_but_well_known() -> Result<()> {
     let (_site, server) = server().await?;
@@ -433,12 +443,7 @@ async fn dotfiles_and_dot_folders_are_never_served_but_well_known() -> Result<()
         "/.well-known/.secret",
         "/docs/.well-known/x",
     ] {
-        let r = server
-            .raw(
-                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-                Duration::from_secs(5),
-            )
-            .await?;
+        let r = raw_get(&server, path).await?;
         assert!(r.starts_with("HTTP/1.1 404"), "{path}: {r}");
         assert!(!r.contains("SECRET") && !r.contains("[core]"), "{path}");
     }
@@ -476,12 +481,7 @@ async fn a_root_laid_out_by_the_kubelet_is_served() -> Result<()> {
         "/env",
         "/..2026_12_02_06_00_00.123/index.html",
     ] {
-        let r = server
-            .raw(
-                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-                Duration::from_secs(5),
-            )
-            .await?;
+        let r = raw_get(&server, path).await?;
         assert!(r.starts_with("HTTP/1.1 404"), "{path}: {r}");
     }
     Ok(())
