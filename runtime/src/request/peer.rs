@@ -7,8 +7,13 @@
 use std::net::{IpAddr, SocketAddr};
 
 use http::HeaderMap;
+use http::header::HeaderName;
 
 use crate::config::ProxyConfig;
+
+/// The client address header a trusted proxy sets, and swan sets for a
+/// servlet.
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The other end of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +49,7 @@ impl Peer {
         // Every X-Forwarded-For header, in order, as one list; walk it from
         // the right while the hops are trusted proxies.
         let hops: Vec<&str> = headers
-            .get_all("x-forwarded-for")
+            .get_all(&X_FORWARDED_FOR)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))

@@ -102,12 +102,12 @@ impl Tried {
 /// busy reload) is tried again at the next change after this.
 const REFUSAL_KEPT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// A loaded servlet and the stamp of the file it came from.
+/// A loaded servlet at its route (the stamp of the file it came from is
+/// the servlet's own).
 #[derive(Debug, Clone)]
 struct Loaded {
     path: RoutePath,
     servlet: Arc<Servlet>,
-    stamp: Option<FileStamp>,
 }
 
 /// The loader could not start.
@@ -296,7 +296,9 @@ impl Loader {
                     })
                 });
                 let step = match (old, refused_before) {
-                    (Some(old), _) if old.stamp == stamp && *old.servlet.info() == *info => {
+                    (Some(old), _)
+                        if old.servlet.stamp == stamp && *old.servlet.info() == *info =>
+                    {
                         Step::Ready(Some(old.clone()), None)
                     }
                     (old, Some(refused)) if stamp.is_some() => {
@@ -350,11 +352,7 @@ impl Loader {
                         if old.is_some() {
                             tracing::info!(route = %path, file = %servlet.info().file.display(), "servlet updated");
                         }
-                        loaded.push(Some(Loaded {
-                            path,
-                            servlet,
-                            stamp,
-                        }));
+                        loaded.push(Some(Loaded { path, servlet }));
                     }
                     Ok(Err(error)) => {
                         let file = error.file().to_path_buf();

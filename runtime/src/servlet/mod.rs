@@ -189,7 +189,9 @@ impl Servlet {
         // a native servlet reading headers (ABI parts 6 and 7 say the
         // same), which would otherwise believe a client's own.
         if let Ok(client) = http::HeaderValue::from_str(&ctx.remote.ip().to_string()) {
-            parts.headers.insert("x-forwarded-for", client);
+            parts
+                .headers
+                .insert(crate::request::peer::X_FORWARDED_FOR, client);
         }
         parts
             .headers
