@@ -365,6 +365,14 @@ fn a_stop_during_an_upgrade_stops_the_new_process_too() {
         .and_then(|pid| pid.parse().ok())
         .unwrap_or_else(|| panic!("no pid in {line:?}"));
     assert!(alive(new_pid), "the new process runs");
+    // A second SIGUSR2 while this upgrade is under way is said to be
+    // ignored, not silently dropped nor a second upgrade.
+    signal("-USR2", old_pid);
+    wait_line(
+        &rx,
+        "SIGUSR2 received while an upgrade is under way: ignored",
+        Duration::from_secs(30),
+    );
     signal("-TERM", old_pid);
     let status = wait_exit(&mut old.child, Duration::from_secs(30)).expect("old process exits");
     assert!(status.success(), "old process: {status}");
@@ -501,4 +509,93 @@ fn sigusr2_through_a_flipped_symlink_starts_the_new_version() {
     }
     assert!(status.success(), "old process: {status}");
     assert!(marker.exists(), "the upgrade started version 1 again");
+}
+
+/// A `NAME.wasm` beside a `NAME/` source folder is not served (the source
+/// wins): the log says so once, not again at every later reload while both
+/// stay, and again when the file comes back after it was removed.
+#[test]
+fn a_module_beside_its_source_folder_is_warned_about_once() {
+    let dir = site();
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nbuild_sources = true\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n",
+    )
+    .expect("config");
+    let servlets = dir.path().join("servlets");
+    std::fs::create_dir_all(servlets.join("x")).expect("servlets");
+    std::fs::write(servlets.join("x/main.c"), "int x;\n").expect("main.c");
+    std::fs::write(servlets.join("x.wasm"), b"\0asm\x01\0\0\0").expect("x.wasm");
+    let mut s = start(dir.path(), &[], false);
+    let (log, rx) = log_lines(s.child.stderr.take().expect("stderr"));
+    let shadowed = "x.wasm is not served";
+    let count = |log: &Mutex<Vec<String>>| {
+        log.lock()
+            .expect("log")
+            .iter()
+            .filter(|l| l.contains(shadowed))
+            .count()
+    };
+    let limit = Duration::from_secs(30);
+    // Said at start.
+    wait_line(&rx, shadowed, limit);
+    // Two more reloads of the servlets folder, each seen through the
+    // refusal of a broken module it adds.
+    for broken in ["y", "z"] {
+        std::fs::write(servlets.join(format!("{broken}.wasm")), b"junk").expect("junk");
+        wait_line(&rx, &format!("{broken}.wasm"), limit);
+    }
+    std::fs::remove_file(servlets.join("x.wasm")).expect("remove");
+    std::fs::write(servlets.join("w.wasm"), b"junk").expect("junk");
+    wait_line(&rx, "w.wasm", limit);
+    std::fs::write(servlets.join("x.wasm"), b"\0asm\x01\0\0\0").expect("x.wasm");
+    wait_line(&rx, shadowed, limit);
+    support::term(&s.child);
+    let status = wait_exit(&mut s.child, limit).expect("exit");
+    assert!(status.success(), "{status}");
+    let all = log.lock().expect("log").join("\n");
+    assert_eq!(count(&log), 2, "{all}");
+}
+
+/// A stop that comes while a reload is loading a module whose start
+/// function runs for a minute (its `timeout`) does not wait for it: the
+/// process exits within moments, saying the reload was abandoned.
+#[test]
+fn a_stop_does_not_wait_for_a_reload_under_way() {
+    let dir = site();
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\ndrain_timeout = \"1s\"\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\ntimeout = \"60s\"\n",
+    )
+    .expect("config");
+    let servlets = dir.path().join("servlets");
+    std::fs::create_dir(&servlets).expect("servlets");
+    let mut s = start(dir.path(), &[], false);
+    let (log, _rx) = log_lines(s.child.stderr.take().expect("stderr"));
+    let spins = wat::parse_str(
+        r#"(module
+          (memory (export "memory") 1)
+          (func $spin (loop $l (br $l)))
+          (start $spin)
+          (func (export "swan_abi_version") (result i32) i32.const 1)
+          (func (export "swan_handle") (result i32) i32.const 0))"#,
+    )
+    .expect("wat");
+    std::fs::write(servlets.join("spin.wasm"), spins).expect("deploy");
+    // Seen, compiled and spinning well within this.
+    std::thread::sleep(Duration::from_secs(3));
+    let stopping = Instant::now();
+    support::term(&s.child);
+    let status = wait_exit(&mut s.child, Duration::from_secs(15));
+    if status.is_none() {
+        let _ = s.child.kill();
+        let _ = s.child.wait();
+    }
+    let status = status.expect("the process exits while a reload spins");
+    assert!(status.success(), "{status}");
+    assert!(stopping.elapsed() < Duration::from_secs(15));
+    let log = log.lock().expect("log").join("\n");
+    assert!(log.contains("reload under way: it is abandoned"), "{log}");
 }

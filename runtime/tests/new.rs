@@ -72,6 +72,14 @@ fn new_builds_answers_and_rebuilds(name: &str, lang: &str, kind: Option<&str>, l
         let log = stop(running.child);
         panic!("{lang}: {e}\nlog:\n{log}");
     }
+    // A long query (past any fixed buffer) with the name at its end, and
+    // a name that is encoded.
+    let long = format!("/{name}?pad={}&name=Ada%20Lovelace", "x".repeat(5000));
+    let reply = get(&addr, &long);
+    if !reply.contains(&format!("Hello, Ada Lovelace! GET /{name}")) {
+        let log = stop(running.child);
+        panic!("{lang}: a long query:\n{reply}\nlog:\n{log}");
+    }
     let source = std::fs::read_to_string(&main).expect("read source");
     std::fs::write(&main, source.replace("Hello, ", "Howdy, ")).expect("edit source");
     let second = wait_for(&addr, &path, &format!("Howdy, Ada! GET /{name}"), limit);

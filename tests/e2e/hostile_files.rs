@@ -129,6 +129,90 @@ fn another_sites_servlets_folder_inside_a_root_is_a_configuration_error() -> Res
     Ok(())
 }
 
+#[tokio::test]
+async fn a_routes_module_inside_the_root_is_never_served() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    site.file(
+        "www/bin/api.wasm",
+        wat::parse_str(
+            r#"(module (import "swan" "response_write" (func $w (param i32 i32) (result i32)))
+               (memory (export "memory") 1) (data (i32.const 0) "api")
+               (func (export "swan_abi_version") (result i32) i32.const 1)
+               (func (export "swan_handle") (result i32) (drop (call $w (i32.const 0) (i32.const 3))) i32.const 0))"#,
+        )?,
+    )?;
+    // A link to it, elsewhere in the root.
+    symlink(
+        site.path().join("www/bin/api.wasm"),
+        site.path().join("www/copy.wasm"),
+    )?;
+    let config = site.config(
+        "[[site]]\nroot = \"www\"\n[[site.route]]\npath = \"/api\"\nservlet = \"www/bin/api.wasm\"\n",
+    )?;
+    let server = TestServer::start_watching(config).await?;
+    assert_eq!(server.get("/api").await?.text(), "api");
+    for path in ["/bin/api.wasm", "/copy.wasm"] {
+        assert_eq!(
+            server.get(path).await?.status,
+            StatusCode::NOT_FOUND,
+            "{path}"
+        );
+    }
+    // The folder's other files are served, and the module stays private
+    // after the files are read again.
+    site.file("www/bin/readme.txt", "readme")?;
+    assert!(
+        eventually(WAIT, || async {
+            server
+                .get("/bin/readme.txt")
+                .await
+                .is_ok_and(|r| r.text() == "readme")
+        })
+        .await
+    );
+    assert_eq!(
+        server.get("/bin/api.wasm").await?.status,
+        StatusCode::NOT_FOUND
+    );
+    server.stop().await
+}
+
+#[test]
+fn modules_another_site_would_serve_are_configuration_errors() -> Result<()> {
+    let site = TestSite::new()?;
+    site.dir("www")?;
+    site.dir("other")?;
+    site.file("www/api.wasm", wat::parse_str("(module)")?)?;
+    let refused = |config: &str| match site.config(config) {
+        Ok(_) => format!("accepted: {config}"),
+        Err(e) => e.to_string(),
+    };
+    // Another site's route module inside this site's root.
+    let err = refused(
+        "[[site]]\nroot = \"www\"\ndefault = true\n[[site]]\nhosts = [\"b.example\"]\nroot = \"other\"\n\
+         [[site.route]]\npath = \"/api\"\nservlet = \"www/api.wasm\"\n",
+    );
+    assert!(err.contains("site[1].route[0].servlet"), "{err}");
+    assert!(err.contains("inside the root of site \"default\""), "{err}");
+    // A servlets folder that is the site's root: nothing would be served.
+    let err = refused("[[site]]\nroot = \"www\"\nservlets = \"www\"\n");
+    assert!(err.contains("site[0].servlets"), "{err}");
+    assert!(err.contains("the site's root itself"), "{err}");
+    // The same through a link, and through `..`.
+    symlink(site.path().join("www"), site.path().join("www-link"))?;
+    let err = refused("[[site]]\nroot = \"www\"\nservlets = \"www-link\"\n");
+    assert!(err.contains("the site's root itself"), "{err}");
+    let err = refused("[[site]]\nroot = \"www\"\nservlets = \"other/../www\"\n");
+    assert!(err.contains("the site's root itself"), "{err}");
+    // A site's own route module inside its own root is fine (never served).
+    site.config(
+        "[[site]]\nroot = \"www\"\n[[site.route]]\npath = \"/api\"\nservlet = \"www/api.wasm\"\n",
+    )?;
+    Ok(())
+}
+
 /// Downloads `path` over and over while `replace` runs; every download
 /// must be one of `versions`, whole.
 async fn download_while_replacing(

@@ -124,13 +124,8 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         let _context = runtime.enter();
         Stop::register()
     };
-    print_banner(&config, &app.sites.load(), &bound, started);
-    if let Some(admin) = &admin {
-        say(
-            &config,
-            &format!("admin: http://{}/ (/livez, /readyz, /metrics)", admin.addr),
-        );
-    }
+    // Watching before the banner: a change made once the banner is out
+    // (a deploy script waiting for it) is never missed.
     let reloader = Reloader::start(
         app.clone(),
         ConfigSource {
@@ -145,6 +140,13 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
             None
         }
     };
+    print_banner(&config, &app.sites.load(), &bound, started);
+    if let Some(admin) = &admin {
+        say(
+            &config,
+            &format!("admin: http://{}/ (/livez, /readyz, /metrics)", admin.addr),
+        );
+    }
     let grace = config.server.drain_grace;
     let access_log = app.observe.access_log.clone();
     let served = runtime.block_on(async {
@@ -223,7 +225,17 @@ async fn upgrade_on_sigusr2(handover: Handover, usr2: Option<Signal>) {
     };
     while usr2.recv().await.is_some() {
         tracing::info!("SIGUSR2 received: starting the new binary with the listening sockets");
-        match handover.start_successor(UPGRADE_TIMEOUT).await {
+        let upgrade = handover.start_successor(UPGRADE_TIMEOUT);
+        tokio::pin!(upgrade);
+        let started = loop {
+            tokio::select! {
+                started = &mut upgrade => break started,
+                Some(()) = usr2.recv() => tracing::warn!(
+                    "SIGUSR2 received while an upgrade is under way: ignored (send it again once this one has finished or failed)"
+                ),
+            }
+        };
+        match started {
             Ok(successor) => {
                 tracing::info!(
                     pid = successor.pid,

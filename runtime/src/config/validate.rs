@@ -60,6 +60,8 @@ pub(crate) struct SitePositions {
     pub(crate) index: usize,
     /// The whole `[[site]]` table.
     pub(crate) table: Range<usize>,
+    /// Each host name kept, in order.
+    pub(crate) hosts: Vec<Range<usize>>,
     pub(crate) root: Origin,
     pub(crate) servlets: Origin,
     /// One per route read, in order.
@@ -81,8 +83,8 @@ pub(crate) enum At {
     SiteDefault(usize),
     /// The name of site `n` (at its table).
     SiteName(usize),
-    /// The host names of site `n`.
-    SiteHosts(usize),
+    /// Host name `h` of site `n`.
+    SiteHost(usize, usize),
     /// The root folder of site `n`.
     SiteRoot(usize),
     /// The servlets folder of site `n`.
@@ -158,15 +160,15 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
                 "give every [[site]] its own `name` (unnamed, a site is named after its first host, else \"default\")",
             );
         }
-        for host in &site.hosts {
+        for (h, host) in site.hosts.iter().enumerate() {
             match seen.iter().find(|(h, _)| h == host) {
                 Some(&(_, other)) if other == i => finding(
-                    At::SiteHosts(i),
+                    At::SiteHost(i, h),
                     format!("host {host:?} is listed twice"),
                     "list each host name once (names are compared without case)",
                 ),
                 Some(&(_, other)) => finding(
-                    At::SiteHosts(i),
+                    At::SiteHost(i, h),
                     format!(
                         "host {host:?} is also served by site {:?}",
                         config.sites[other].name
@@ -205,6 +207,18 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             );
         }
         if let Some(servlets) = site.servlets.as_ref().and_then(|d| d.canonicalize().ok()) {
+            if site.root.canonicalize().is_ok_and(|root| root == servlets) {
+                finding(
+                    At::SiteServlets(i),
+                    format!(
+                        "{} is the site's root itself: a servlets folder is never served, so none of the root's files would be",
+                        site.servlets
+                            .as_ref()
+                            .map_or(String::new(), |d| d.display().to_string()),
+                    ),
+                    "give the servlets a folder of their own, beside the root (servlets = \"servlets\") or inside it",
+                );
+            }
             for (j, other) in config.sites.iter().enumerate() {
                 let Ok(root) = other.root.canonicalize() else {
                     continue;
@@ -250,6 +264,26 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             } else if file.extension().is_none_or(|e| e != "wasm") || !file.is_file() {
                 "is not a .wasm file"
             } else {
+                // A site's own route modules inside its root are never
+                // served; another site would serve them.
+                let file = file.canonicalize().ok();
+                for (j, other) in config.sites.iter().enumerate() {
+                    let inside = other
+                        .root
+                        .canonicalize()
+                        .is_ok_and(|root| file.as_ref().is_some_and(|f| f.starts_with(&root)));
+                    if j != i && inside {
+                        finding(
+                            At::RouteServlet(i, r),
+                            format!(
+                                "{} is inside the root of site {:?}, which would serve the module as a static file",
+                                route.servlet.display(),
+                                other.name
+                            ),
+                            "keep a route's module outside every other site's root (a site's own route modules inside its own root are never served)",
+                        );
+                    }
+                }
                 continue;
             };
             finding(
@@ -404,7 +438,7 @@ pub(crate) fn locate(
             let site = match f.at {
                 At::SiteDefault(i)
                 | At::SiteName(i)
-                | At::SiteHosts(i)
+                | At::SiteHost(i, _)
                 | At::SiteRoot(i)
                 | At::SiteServlets(i)
                 | At::RouteServlet(i, _)
@@ -421,9 +455,9 @@ pub(crate) fn locate(
                     format!("site[{}].name", index(i)),
                     site.map(|s| Origin::File(s.table.clone())),
                 ),
-                At::SiteHosts(i) => (
+                At::SiteHost(i, h) => (
                     format!("site[{}].hosts", index(i)),
-                    site.map(|s| Origin::File(s.table.clone())),
+                    site.map(|s| Origin::File(s.hosts.get(h).unwrap_or(&s.table).clone())),
                 ),
                 At::SiteRoot(i) => (
                     format!("site[{}].root", index(i)),

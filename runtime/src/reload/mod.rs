@@ -43,6 +43,8 @@ const MAX_BATCH: Duration = Duration::from_millis(500);
 /// keep their state (a prefix of a module can be a valid module that
 /// answers wrong).
 const WRITE_WAIT: Duration = Duration::from_secs(30);
+/// How long a stop waits for a reload under way to finish.
+const STOP_WAIT: Duration = Duration::from_secs(2);
 
 /// Where the configuration comes from, so it can be read again.
 #[derive(Debug, Clone, Default)]
@@ -101,10 +103,24 @@ impl Reloader {
 }
 
 impl Drop for Reloader {
+    /// Waits [`STOP_WAIT`] at most for a reload under way (a large module
+    /// compiling, a start function looping until its timeout): past that
+    /// it is left to end with the process. What it writes (compiled code)
+    /// is renamed into place whole, so nothing is left half-written.
     fn drop(&mut self) {
         self.stop();
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            let waited = Instant::now();
+            while !t.is_finished() && waited.elapsed() < STOP_WAIT {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                tracing::info!(
+                    "stopping with a reload under way: it is abandoned, what serves stays as it was"
+                );
+            }
         }
     }
 }

@@ -18,6 +18,8 @@ use crate::config::{RoutePath, SiteConfig};
 pub(crate) struct BuildRecord {
     pub(crate) stamp: SourceStamp,
     pub(crate) error: Option<Arc<BuildError>>,
+    /// A `NAME.wasm` lies beside the folder (and was warned about once).
+    pub(crate) shadows: bool,
 }
 
 /// What the servlets folder holds.
@@ -63,11 +65,13 @@ pub(crate) fn list(
             sources: Vec::new(),
         };
     };
+    let wasm = wasm_files(dir);
     let sources: Vec<_> = source::find(dir)
         .into_iter()
         .map(|source| {
             let stamp = source::stamp(&source.dir);
-            let record = match previous.and_then(|p| p.get(&source.name)) {
+            let before = previous.and_then(|p| p.get(&source.name));
+            let mut record = match before {
                 Some(r) if r.stamp == stamp => r.clone(),
                 _ => BuildRecord {
                     stamp,
@@ -75,19 +79,20 @@ pub(crate) fn list(
                         tracing::error!(servlet = %source.name, "build failed: in development mode its route answers with the compiler's output, else the previous version (if any) keeps serving");
                         Arc::new(e)
                     }),
+                    shadows: before.is_some_and(|r| r.shadows),
                 },
             };
+            // Said once, not at every reload while both stay.
+            let shadows = wasm.iter().any(|(name, _)| *name == source.name);
+            if shadows && !record.shadows {
+                tracing::warn!(servlet = %source.name, dir = %dir.display(), "{}.wasm is not served: the source folder {}/ beside it builds the servlet of that route (remove one of them)", source.name, source.name);
+            }
+            record.shadows = shadows;
             let module = source::out_dir(dir).join(format!("{}.wasm", source.name));
             let module = module.is_file().then_some(module);
             (source, record, module)
         })
         .collect();
-    let wasm = wasm_files(dir);
-    for (source, _, _) in &sources {
-        if wasm.iter().any(|(name, _)| *name == source.name) {
-            tracing::warn!(servlet = %source.name, dir = %dir.display(), "{}.wasm is not served: the source folder {}/ beside it builds the servlet of that route (remove one of them)", source.name, source.name);
-        }
-    }
     Listing { wasm, sources }
 }
 
@@ -238,6 +243,7 @@ mod tests {
                         output: "error: nope".to_owned(),
                     })
                 }),
+                shadows: false,
             },
             built.then(|| PathBuf::from(format!("/srv/servlets/target/swan/{name}.wasm"))),
         )

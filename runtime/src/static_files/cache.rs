@@ -112,6 +112,12 @@ impl SiteCache {
                 .as_ref()
                 .and_then(|d| d.canonicalize().ok())
                 .filter(|d| d.starts_with(&root)),
+            route_files: site
+                .routes
+                .iter()
+                .filter_map(|r| r.servlet.canonicalize().ok())
+                .filter(|f| f.starts_with(&root))
+                .collect(),
             site,
             cache_control,
             cache: SiteCache::default(),
@@ -186,6 +192,9 @@ struct Loader<'a> {
     /// The site's servlets folder, when it lies inside the root: never
     /// served (its modules, sources and build output are not public).
     servlets: Option<PathBuf>,
+    /// The modules of the site's `[[site.route]]`s that lie inside the
+    /// root, resolved: never served either.
+    route_files: Vec<PathBuf>,
     site: &'a SiteConfig,
     cache_control: Option<HeaderValue>,
     cache: SiteCache,
@@ -250,7 +259,7 @@ impl Loader<'_> {
             };
             let key = format!("{prefix}/{name}");
             if self.private(&real) {
-                tracing::debug!(site = %self.site.name, path = ?path, "not served: a link into the servlets folder or to a dotfile");
+                tracing::debug!(site = %self.site.name, path = ?path, "not served: a servlet's module, or a dotfile (or a link to one)");
                 continue;
             }
             if meta.is_dir() {
@@ -275,7 +284,7 @@ impl Loader<'_> {
     }
 
     /// Whether `real` (a resolved path inside the root) is never served:
-    /// in the servlets folder, or a dotfile or in a dot-folder (a link to
+    /// in the servlets folder or a route's module, or a dotfile or in a dot-folder (a link to
     /// one is not a way to serve it). The folders of a Kubernetes volume's
     /// atomic writer (`..data`, `..2026_12_02_06_00_00.1234`), which every
     /// file of a ConfigMap mounted as a root links through, are not
@@ -299,6 +308,7 @@ impl Loader<'_> {
                 .servlets
                 .as_deref()
                 .is_some_and(|s| real.starts_with(s))
+            || self.route_files.iter().any(|f| real == f)
     }
 
     /// A file already held under another name (a link): counted, not

@@ -10,7 +10,7 @@
  *   clang --target=wasm32-wasi -O2 -mexec-model=reactor \
  *         -I SWAN/guest-sdk/c -o {{name}}.wasm *.c
  */
-#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "swan.h"
@@ -23,9 +23,10 @@ static int hex(char c) {
     return -1;
 }
 
-/* Copies the first value of `key` in `query` into `out` (NUL-terminated, cut
- * to fit), with `+` and `%XX` decoded. Returns 0 if found, -1 if absent. */
-static int query_param(const char *query, const char *key, char *out, size_t out_len) {
+/* Decodes the first value of `key` in `query` into `out` (room for as many
+ * bytes as the query has), with `+` and `%XX` decoded. Returns its length,
+ * or -1 if the key is absent. */
+static long query_param(const char *query, const char *key, char *out) {
     size_t key_len = strlen(key);
     for (const char *p = query; *p;) {
         const char *end = strchr(p, '&');
@@ -33,8 +34,8 @@ static int query_param(const char *query, const char *key, char *out, size_t out
         if ((size_t)(end - p) >= key_len && strncmp(p, key, key_len) == 0 &&
             (p + key_len == end || p[key_len] == '=')) {
             const char *v = p + key_len + (p + key_len < end);
-            size_t n = 0;
-            while (v < end && n + 1 < out_len) {
+            long n = 0;
+            while (v < end) {
                 if (*v == '+') {
                     out[n++] = ' ', v++;
                 } else if (*v == '%' && end - v >= 3 && hex(v[1]) >= 0 && hex(v[2]) >= 0) {
@@ -43,26 +44,46 @@ static int query_param(const char *query, const char *key, char *out, size_t out
                     out[n++] = *v++;
                 }
             }
-            out[n] = '\0';
-            return 0;
+            return n;
         }
         p = *end ? end + 1 : end;
     }
     return -1;
 }
 
-static int handle(void) {
-    char method[16], path[1024], query[2048], name[512];
-    swan_request_string(SWAN_METHOD, method, sizeof method);
-    swan_request_string(SWAN_PATH, path, sizeof path);
-    swan_request_string(SWAN_QUERY, query, sizeof query);
-    if (query_param(query, "name", name, sizeof name) < 0) strcpy(name, "world");
+/* A request part, whole, as a NUL-terminated string in memory of its own
+ * (free it); NULL when memory runs out. With no room, swan_request_string
+ * returns the part's length. */
+static char *request_part(enum swan_part part) {
+    int32_t n = swan_request_string(part, NULL, 0);
+    size_t len = n > 0 ? (size_t)n : 0;
+    char *s = malloc(len + 1);
+    if (s) swan_request_string(part, s, (int32_t)len + 1);
+    return s;
+}
 
-    char body[4096];
-    int n = snprintf(body, sizeof body, "Hello, %s! %s %s", name, method, path);
-    swan_header("content-type", "text/plain; charset=utf-8");
-    swan_write(body, n < (int)sizeof body ? n : (int)sizeof body - 1);
-    return 0;
+static void say(const char *s, size_t n) { swan_write(s, (int32_t)n); }
+
+/* Every part is read whole, however long, and freed before the next
+ * request (which matters when swan reuses an instance). */
+static int handle(void) {
+    char *method = request_part(SWAN_METHOD);
+    char *path = request_part(SWAN_PATH);
+    char *query = request_part(SWAN_QUERY);
+    char *name = query ? malloc(strlen(query) + 1) : NULL;
+    int failed = !method || !path || !query || !name;
+    if (!failed) {
+        long n = query_param(query, "name", name);
+        swan_header("content-type", "text/plain; charset=utf-8");
+        say("Hello, ", 7);
+        if (n < 0) say("world", 5); else say(name, (size_t)n);
+        say("! ", 2);
+        say(method, strlen(method));
+        say(" ", 1);
+        say(path, strlen(path));
+    }
+    free(method), free(path), free(query), free(name);
+    return failed;
 }
 
 SWAN_SERVLET(handle)

@@ -25,17 +25,21 @@ export fn swan_abi_version() i32 {
     return 1;
 }
 
-/// Handles one request; 0 means success. Request parts live in fixed stack
-/// buffers and longer ones are cut short; use std.heap.wasm_allocator and
-/// the full length request_get returns when that matters.
+/// Handles one request; 0 means success. Each request part is read whole,
+/// into memory of its own (freed before the next request, which matters
+/// when swan reuses an instance), however long it is.
 export fn swan_handle() i32 {
-    var method_buf: [16]u8 = undefined;
-    var path_buf: [1024]u8 = undefined;
-    var query_buf: [2048]u8 = undefined;
-    var name_buf: [512]u8 = undefined;
-    const method = part(METHOD, &method_buf);
-    const path = part(PATH, &path_buf);
-    const name = queryParam(part(QUERY, &query_buf), "name", &name_buf) orelse "world";
+    const a = std.heap.wasm_allocator;
+    const method = part(a, METHOD) orelse return 1;
+    defer a.free(method);
+    const path = part(a, PATH) orelse return 1;
+    defer a.free(path);
+    const query = part(a, QUERY) orelse return 1;
+    defer a.free(query);
+    // A decoded value is never longer than the query it came from.
+    const name_buf = a.alloc(u8, query.len) catch return 1;
+    defer a.free(name_buf);
+    const name = queryParam(query, "name", name_buf) orelse "world";
 
     header("content-type", "text/plain; charset=utf-8");
     write("Hello, ");
@@ -47,11 +51,14 @@ export fn swan_handle() i32 {
     return 0;
 }
 
-/// A request part, cut to fit `buf` (request_get returns the full length).
-fn part(which: i32, buf: []u8) []const u8 {
-    const n = request_get(which, buf.ptr, @intCast(buf.len));
-    if (n <= 0) return buf[0..0];
-    return buf[0..@min(@as(usize, @intCast(n)), buf.len)];
+/// A request part, whole: request_get with no room returns its length.
+fn part(a: std.mem.Allocator, which: i32) ?[]u8 {
+    var none: [0]u8 = undefined;
+    const n = request_get(which, &none, 0);
+    const len: usize = if (n > 0) @intCast(n) else 0;
+    const buf = a.alloc(u8, len) catch return null;
+    if (len > 0) _ = request_get(which, buf.ptr, @intCast(len));
+    return buf;
 }
 
 fn header(name: []const u8, value: []const u8) void {
@@ -63,7 +70,7 @@ fn write(bytes: []const u8) void {
 }
 
 /// The first value of `key` in a query string, with `+` and `%XX` decoded
-/// into `out` (cut to fit), or null if the key is absent.
+/// into `out` (as long as the query), or null if the key is absent.
 fn queryParam(query: []const u8, key: []const u8, out: []u8) ?[]const u8 {
     var pairs = std.mem.splitScalar(u8, query, '&');
     while (pairs.next()) |pair| {

@@ -247,10 +247,10 @@ pub(super) fn read(
     // Named after its first host, even one refused below: a made-up
     // "default" would also clash with another site's name.
     let first_listed = listed.first().map(|h| h.get_ref().trim().to_owned());
-    let hosts: Vec<String> = listed
+    let (hosts, host_spans): (Vec<String>, Vec<Range<usize>>) = listed
         .into_iter()
         .filter_map(|h| match host_name(h.get_ref()) {
-            Ok(host) => Some(host),
+            Ok(host) => Some((host, h.span())),
             Err((message, hint)) => {
                 diag.error(
                     h.span(),
@@ -261,7 +261,7 @@ pub(super) fn read(
                 None
             }
         })
-        .collect();
+        .unzip();
     let name = match t.string(diag, "name") {
         // A name goes into every log line of the site's requests: a
         // control character (a newline) in it would forge lines.
@@ -390,6 +390,7 @@ pub(super) fn read(
     let positions = SitePositions {
         index,
         table: t.span(),
+        hosts: host_spans,
         root: Origin::File(root_span),
         servlets: servlets
             .as_ref()
