@@ -265,3 +265,82 @@ fn a_failing_disk_makes_the_store_unavailable_until_it_works_again() {
     let log = stop(s.child);
     assert!(log.contains("store failing"), "{log}");
 }
+
+/// A disk that fills up (a small tmpfs under the store's folder, as root)
+/// refuses writes but not reads: with no writes coming, the writer's
+/// probes find the disk still full once a second, and every read in
+/// between is answered from the open file. Before, each probe's reopen
+/// waited on the writer's own handle, refusing reads for a second, then
+/// kept the failed handle, so reads failed for as long as the disk was
+/// full. Room again: writes work with no restart, nothing acknowledged is
+/// lost.
+#[test]
+fn a_full_disk_refuses_writes_but_not_reads() {
+    let dir = site();
+    let servlets = dir.path().join("servlets");
+    std::fs::create_dir(&servlets).expect("servlets");
+    std::fs::write(servlets.join("big.wasm"), wat::parse_str(BIG).expect("big")).expect("big");
+    std::fs::write(servlets.join("has.wasm"), wat::parse_str(HAS).expect("has")).expect("has");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nstores = [\"default\"]\n",
+    )
+    .expect("config");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).expect("data");
+    let mount = |args: &[&str]| {
+        Command::new("mount")
+            .args(args)
+            .arg(&data)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    assert!(
+        mount(&["-t", "tmpfs", "-o", "size=3m", "tmpfs"]),
+        "mounting a tmpfs needs root"
+    );
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(data.clone());
+    let (child, addr) = serve_in(dir.path(), &["--config", "swan.toml"]);
+    let mut acked = Vec::new();
+    let mut refused = None;
+    for n in 0..200 {
+        match body(&get(&addr, &format!("/big?k{n}"))) {
+            "stored" => acked.push(format!("k{n}")),
+            "unavailable" => {
+                refused = Some(n);
+                break;
+            }
+            other => panic!("write {n}: {other:?}"),
+        }
+    }
+    let refused = refused.expect("no write failed on a 3 MiB disk");
+    assert!(!acked.is_empty(), "the first write failed");
+    // Reads only, over several of the writer's probes.
+    for n in 0..30 {
+        assert_eq!(
+            body(&get(&addr, &format!("/has?{}", acked[n % acked.len()]))),
+            "yes",
+            "read {n}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(mount(&["-o", "remount,size=64m"]), "remount");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while body(&get(&addr, &format!("/big?k{refused}"))) != "stored" {
+        if Instant::now() > deadline {
+            panic!("the store never worked again: {}", stop(child));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    acked.push(format!("k{refused}"));
+    for key in &acked {
+        assert_eq!(body(&get(&addr, &format!("/has?{key}"))), "yes", "{key}");
+    }
+    stop(child);
+}

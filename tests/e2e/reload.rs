@@ -503,6 +503,23 @@ async fn a_changed_servlet_goes_live_on_the_baseline_compiler_then_gets_optimise
         .await
     );
     assert_eq!(server.get("/tiered").await?.text(), "second");
+    // An optimising recompile is the same version: it goes on counting in
+    // the stats of the one it replaces (metrics never go back), and its
+    // compile time is the one shown.
+    let serving = server
+        .app()
+        .sites
+        .load()
+        .iter()
+        .next()
+        .and_then(|s| s.servlets.servlet_at("/tiered").cloned())
+        .expect("route");
+    let made = serving.stats().instantiated.get();
+    assert!(made > 0);
+    let again = loader.load_optimised(&serving)?;
+    assert!(std::ptr::eq(again.stats(), serving.stats()));
+    assert!(again.stats().instantiated.get() >= made);
+    assert!(again.stats().compile_time().is_some());
     Ok(())
 }
 

@@ -90,6 +90,7 @@ impl AccessLog {
         let writer = Writer {
             _ended: ended,
             out,
+            mid_line: false,
             spares: (0..shared.shards.len()).map(|_| Lines::default()).collect(),
             merged: Vec::new(),
             order: Vec::new(),
@@ -285,6 +286,9 @@ struct Writer {
     /// Dropped when the writer returns, which [`AccessLog::close`] sees.
     _ended: std::sync::mpsc::Sender<()>,
     out: Output,
+    /// The output ends in a line cut short (a failed write that could not
+    /// be taken back).
+    mid_line: bool,
     shared: Arc<Shared>,
     /// One empty buffer per shard, swapped for the shard's lines.
     spares: Vec<Lines>,
@@ -359,14 +363,40 @@ impl Writer {
                 &self.merged
             }
         };
-        let written = match &mut self.out {
-            Output::Stdout => io::stdout().lock().write_all(text),
-            Output::File { file, .. } => file.write_all(text),
+        // A line cut short by an earlier failure is ended first, so the
+        // next one does not run on from it.
+        if self.mid_line {
+            let ended = match &mut self.out {
+                Output::Stdout => io::stdout().lock().write_all(b"\n"),
+                Output::File { file, .. } => file.write_all(b"\n"),
+            };
+            self.mid_line = ended.is_err();
+        }
+        let (sent, failed) = match &mut self.out {
+            Output::Stdout => write_some(&mut io::stdout().lock(), text),
+            Output::File { file, .. } => write_some(file, text),
         };
-        if let Err(e) = written {
-            // The batch's lines are lost: counted as dropped, and reported
-            // once per REPORT_FAILURES_EVERY, not once per batch.
-            let lines = text.iter().filter(|&&b| b == b'\n').count() as u64;
+        if let Some(e) = failed {
+            // The lines not written whole are lost: counted as dropped,
+            // and reported once per REPORT_FAILURES_EVERY, not once per
+            // batch. A line written in part (a disk that filled up) is cut
+            // off the file, or else ended before the next write.
+            let whole = text[..sent]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            let part = (sent - whole) as u64;
+            if part > 0 {
+                let cut = match &mut self.out {
+                    Output::File { file, .. } => file
+                        .metadata()
+                        .and_then(|m| file.set_len(m.len().saturating_sub(part)))
+                        .is_ok(),
+                    Output::Stdout => false,
+                };
+                self.mid_line = !cut;
+            }
+            let lines = text[whole..].iter().filter(|&&b| b == b'\n').count() as u64;
             self.shared.dropped.add(lines);
             let now = std::time::Instant::now();
             match &mut self.failures {
@@ -392,6 +422,8 @@ impl Writer {
     }
 
     fn reopen_file(&mut self) {
+        // A new file starts on a line of its own.
+        self.mid_line = false;
         if let Output::File { file, path } = &mut self.out {
             match open(path) {
                 Ok(f) => {
@@ -404,6 +436,21 @@ impl Writer {
             }
         }
     }
+}
+
+/// Writes as much of `text` as `out` takes; how much, and the error that
+/// stopped it.
+fn write_some(out: &mut impl Write, text: &[u8]) -> (usize, Option<io::Error>) {
+    let mut sent = 0;
+    while sent < text.len() {
+        match out.write(&text[sent..]) {
+            Ok(0) => return (sent, Some(io::ErrorKind::WriteZero.into())),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (sent, Some(e)),
+        }
+    }
+    (sent, None)
 }
 
 #[cfg(test)]
@@ -456,6 +503,69 @@ mod tests {
         }
         log.close();
         assert_eq!(dropped.get(), 50);
+    }
+
+    /// A disk that fills up in the middle of a batch (a small tmpfs, as
+    /// root): the line written in part is cut off the file, only the lines
+    /// not in the file are counted as dropped, and once there is room again
+    /// every line in the file is whole.
+    #[test]
+    fn a_disk_filling_up_mid_line_leaves_only_whole_lines() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mount = |args: &[&str]| {
+            std::process::Command::new("mount")
+                .args(args)
+                .arg(dir.path())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        assert!(
+            mount(&["-t", "tmpfs", "-o", "size=8k", "tmpfs"]),
+            "mounting a tmpfs needs root"
+        );
+        struct Unmount<'a>(&'a std::path::Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(self.0).status();
+            }
+        }
+        let _unmount = Unmount(dir.path());
+        let path = dir.path().join("access.log");
+        let config = LogConfig {
+            access: AccessLogTarget::File(path.clone()),
+            format: AccessLogFormat::Json,
+            buffer: 1 << 10,
+        };
+        let dropped = Arc::new(Counter::default());
+        let log = AccessLog::start(&config, SHARDS, dropped.clone())
+            .expect("opens")
+            .expect("on");
+        // The one line every entry makes.
+        let one = Shared::new(AccessLogFormat::Json, 4, 1, Arc::default());
+        one.log(&entry());
+        let mut expected = Lines::default();
+        assert!(one.take(shard_index() % one.shards.len(), &mut expected));
+        let expected = expected.text;
+        // Far more than 8 KiB of lines, in batches.
+        for _ in 0..10 {
+            for _ in 0..20 {
+                log.log(&entry());
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        assert!(mount(&["-o", "remount,size=1m"]), "remount");
+        log.log(&entry());
+        log.close();
+        let text = std::fs::read(&path).expect("read");
+        assert!(text.ends_with(b"\n"));
+        let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();
+        // Lines differ only in their request ids, of one length.
+        for line in &lines {
+            assert_eq!(line.len(), expected.len(), "a line cut short");
+            assert!(line.starts_with(b"{\"time\":") && line.ends_with(b"}\n"));
+        }
+        assert!(lines.len() < 200, "the disk did fill up");
+        assert_eq!(lines.len() as u64 + dropped.get(), 201);
     }
 
     #[test]
@@ -543,3 +653,4 @@ mod tests {
         assert_eq!(dropped.get(), 1);
     }
 }
+

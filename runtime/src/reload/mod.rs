@@ -283,7 +283,7 @@ fn schedule_tier_up(app: &App, tx: &mpsc::Sender<Msg>, tiering: &mut HashSet<usi
                 if Arc::strong_count(&old) == 1 {
                     return;
                 }
-                let load = || loader.load_servlet(old.info().clone(), Tier::Optimized);
+                let load = || loader.load_optimised(&old);
                 let loaded = match tier_up_pool() {
                     Some(pool) => pool.install(load),
                     None => load(),

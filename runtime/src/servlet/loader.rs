@@ -162,8 +162,23 @@ impl Loader {
     /// module the baseline compiler cannot handle goes to Cranelift), and
     /// starts filling its pool.
     pub fn load_servlet(&self, info: ServletInfo, tier: Tier) -> Result<Arc<Servlet>, LoadError> {
+        self.load_counting(info, tier, Arc::default())
+    }
+
+    /// `old`'s file compiled again with the optimising compiler: the same
+    /// version, so it goes on counting in `old`'s stats (a swap must not
+    /// reset its metrics, nor forget its recent errors).
+    pub fn load_optimised(&self, old: &Servlet) -> Result<Arc<Servlet>, LoadError> {
+        self.load_counting(old.info().clone(), Tier::Optimized, old.stats.clone())
+    }
+
+    fn load_counting(
+        &self,
+        info: ServletInfo,
+        tier: Tier,
+        stats: Arc<super::stats::ServletStats>,
+    ) -> Result<Arc<Servlet>, LoadError> {
         let started = std::time::Instant::now();
-        let stats = Arc::new(super::stats::ServletStats::default());
         let info = Arc::new(info);
         let before = FileStamp::of(&info.file);
         let bytes = read_module(&info.file)?;
@@ -179,7 +194,7 @@ impl Loader {
                     t,
                 )
             })?;
-            let _ = stats.compile_time.set(started.elapsed());
+            stats.set_compile_time(started.elapsed());
             let pool = InstancePool::new(&self.engine, guest, info.clone(), stats.clone());
             if info.limits.prewarm > 0 {
                 self.engine.spawn_background(pool.clone().fill());
@@ -196,7 +211,7 @@ impl Loader {
                     t,
                 )
             })?;
-            let _ = stats.compile_time.set(started.elapsed());
+            stats.set_compile_time(started.elapsed());
             let pool = InstancePool::new(&self.engine, guest, info.clone(), stats.clone());
             if info.limits.prewarm > 0 {
                 self.engine.spawn_background(pool.clone().fill());

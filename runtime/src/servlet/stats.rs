@@ -1,9 +1,11 @@
-//! What a servlet has done since it was loaded, for metrics and the status
+//! What a servlet has done since its version was loaded (an optimising
+//! recompile of the same file carries on counting), for metrics and the status
 //! page: instances made, requests that trapped, timed out or found no free
 //! instance, its compile time, its last few errors. Counted off the hot
 //! path's way: sharded counters, and a lock only when an error happens.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
@@ -36,14 +38,28 @@ pub struct ServletStats {
     pub timeouts: Counter,
     /// Requests that found no free instance in time (503).
     pub busy: Counter,
-    /// How long compiling and checking the module took.
-    pub compile_time: OnceLock<Duration>,
+    /// How long compiling and checking the module took (its optimised
+    /// compile, once that is swapped in), in nanoseconds; 0 until known.
+    compile_ns: AtomicU64,
     /// The route's request counters, looked up once.
     pub requests: OnceLock<Arc<RouteCounters>>,
     recent: Mutex<VecDeque<RecentError>>,
 }
 
 impl ServletStats {
+    /// How long compiling and checking the code serving now took.
+    pub fn compile_time(&self) -> Option<Duration> {
+        match self.compile_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    pub(crate) fn set_compile_time(&self, took: Duration) {
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.compile_ns.store(ns, Ordering::Relaxed);
+    }
+
     /// Counts a failed request and remembers it.
     pub fn failed(&self, e: &RequestError, request_id: impl std::fmt::Display) {
         match e {

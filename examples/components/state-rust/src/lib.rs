@@ -1,7 +1,7 @@
 //! The visit counter and the JSON guestbook of the native examples
 //! (`examples/visits`, `examples/guestbook`) as one `wasi:http/proxy`
 //! component, on the route's `default` store through `wasi:keyvalue`
-//! (0.2.0-draft) and `swan:keyvalue/extras`. Install it under the route
+//! (0.2.0-draft). Install it under the route
 //! names it answers to, `visits.wasm` and `guestbook.wasm`:
 //!
 //! | request | answer |
@@ -30,7 +30,6 @@ mod bindings {
     });
 }
 
-use bindings::swan::keyvalue::extras;
 use bindings::wasi::keyvalue::{atomics, store};
 
 #[derive(Serialize, Deserialize)]

@@ -358,7 +358,12 @@ fn write_loop(shared: &Shared, rx: &mpsc::Receiver<Write>) {
         // Nothing to write while the store is in trouble: the probe's.
         let probe = batch.is_empty() && troubled;
         let results = shared.for_write().and_then(|db| {
-            apply(&db, &batch, probe).map_err(|e| {
+            let applied = apply(&db, &batch, probe);
+            // Let go before a reopen, which waits for every user of the
+            // file to let go of it (this one would keep it waiting, with
+            // reads refused meanwhile, then keep the failed handle).
+            drop(db);
+            applied.map_err(|e| {
                 let e = shared.failed(e);
                 // The commit failed: reopened at once, so reads go on.
                 shared.after_failure();
