@@ -565,3 +565,71 @@ async fn an_https_client_that_leaves_while_its_servlet_runs_is_a_499() {
     }
     stop(s.child);
 }
+
+/// A response cut off part-way (here: a file streamed from disk truncated
+/// during its download) over TLS and HTTP/1.0, whose body ends where the
+/// connection does: the connection ends with a reset, as on plain TCP, so
+/// every client sees the body is incomplete. Before, it ended with a FIN
+/// (no close_notify), which curl takes for a complete body. With and
+/// without ALPN (which take different paths).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_cut_off_over_tls_does_not_end_cleanly() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = site();
+    let certs = make_certs(11);
+    write_certs(dir.path(), &certs);
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\n\
+         [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n\
+         [[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"64 KiB\"\n",
+    )
+    .expect("config");
+    // Sparse: 256 MiB of zeros each, streamed (past max_file_size).
+    let size: u64 = 256 << 20;
+    for n in 0..2 {
+        std::fs::File::create(dir.path().join(format!("www/big{n}.bin")))
+            .and_then(|f| f.set_len(size))
+            .expect("big file");
+    }
+    let s = start(dir.path(), &[], false);
+    let tls_addr = s.urls[0].clone();
+    for (n, alpn) in [&[&b"http/1.1"[..]][..], &[][..]].into_iter().enumerate() {
+        let big = dir.path().join(format!("www/big{n}.bin"));
+        let mut tls = connect(&tls_addr, &[&certs.ca_der], alpn).await;
+        tls.write_all(format!("GET /big{n}.bin HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await
+            .expect("request");
+        let mut got = 0u64;
+        let mut buf = vec![0u8; 64 << 10];
+        // Some of the body, then the file shrinks under the download.
+        while got < 1 << 20 {
+            match tls.read(&mut buf).await {
+                Ok(0) | Err(_) => panic!("ended early, after {got} bytes"),
+                Ok(n) => got += n as u64,
+            }
+        }
+        std::fs::File::options()
+            .write(true)
+            .open(&big)
+            .and_then(|f| f.set_len(2 << 20))
+            .expect("truncate");
+        let ended = loop {
+            match tokio::time::timeout(Duration::from_secs(10), tls.read(&mut buf)).await {
+                Ok(Ok(0)) => break Ok(()),
+                Ok(Ok(n)) => got += n as u64,
+                Ok(Err(e)) => break Err(e),
+                Err(_) => panic!("no end within 10 s (ALPN {alpn:?})"),
+            }
+        };
+        assert!(got < size, "the whole file came (ALPN {alpn:?})");
+        // A reset, as on plain TCP: curl forgives a missing close_notify
+        // after a close-delimited body, not a reset.
+        assert_eq!(
+            ended.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::ConnectionReset),
+            "a cut-off body ended cleanly after {got} bytes (ALPN {alpn:?})"
+        );
+    }
+    stop(s.child);
+}

@@ -653,4 +653,3 @@ mod tests {
         assert_eq!(dropped.get(), 1);
     }
 }
-

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use crate::app::App;
 use crate::config::{Config, Overrides};
-use crate::engine::Tier;
 use crate::servlet::{Loader, Servlet};
 use crate::site::{Refresh, Site, Sites};
 

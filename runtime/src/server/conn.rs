@@ -206,7 +206,7 @@ fn headers_too_large(app: &App, peer: Peer, sending: Sending) -> hyper::Response
 
 /// A TLS connection and its state, whose socket writes are stamped there
 /// (`SocketStamp`).
-pub(crate) struct Tls<S> {
+pub(crate) struct Tls<S: std::os::fd::AsFd> {
     pub(crate) stream: tokio_rustls::server::TlsStream<SocketStamp<S>>,
     pub(crate) state: Arc<ConnState>,
 }
@@ -226,7 +226,7 @@ pub(crate) async fn serve<S>(
     limits: Limits,
     _slot: Slot,
 ) where
-    S: AsyncRead + AsyncWrite + AsRawFd + Unpin + Send + 'static,
+    S: AsyncRead + AsyncWrite + AsRawFd + std::os::fd::AsFd + Unpin + Send + 'static,
 {
     let Tls { stream, state } = conn;
     let protocol = match stream.get_ref().1.alpn_protocol() {

@@ -167,6 +167,11 @@ impl http_body::Body for SentBody {
             })),
             other => other,
         };
+        if let Some(Err(_)) = &polled
+            && let Some(sending) = &this.sending
+        {
+            sending.failed();
+        }
         if let Some(Ok(frame)) = &polled
             && let Some(data) = frame.data_ref()
         {

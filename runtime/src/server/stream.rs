@@ -4,6 +4,7 @@
 //! line that never ended, and sends files for `sendfile`.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -54,24 +55,42 @@ pub(crate) struct WatchedIo<S = TcpStream> {
 /// counts as progress (rustls takes plaintext into its buffer whether or
 /// not the client reads; counted there, a client that stopped reading was
 /// dropped after twice `send_timeout`).
-pub(crate) struct SocketStamp<S> {
+pub(crate) struct SocketStamp<S: AsFd> {
     inner: S,
     state: Arc<ConnState>,
 }
 
-impl<S> SocketStamp<S> {
+/// A TLS connection whose answer was cut off part-way ends with a reset,
+/// as a plain one does (see `parking`): a close-delimited body (HTTP/1.0)
+/// that ended with a FIN, even without close_notify, looks complete to
+/// clients that forgive a missing close_notify (curl does).
+impl<S: AsFd> Drop for SocketStamp<S> {
+    fn drop(&mut self) {
+        if self.state.is_aborted() {
+            let _ = socket2::SockRef::from(&self.inner).set_linger(Some(std::time::Duration::ZERO));
+        }
+    }
+}
+
+impl<S: AsFd> SocketStamp<S> {
     pub(crate) fn new(inner: S, state: Arc<ConnState>) -> SocketStamp<S> {
         SocketStamp { inner, state }
     }
 }
 
-impl<S: std::os::fd::AsRawFd> std::os::fd::AsRawFd for SocketStamp<S> {
+impl<S: AsFd> AsFd for SocketStamp<S> {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.inner.as_fd()
+    }
+}
+
+impl<S: AsFd + std::os::fd::AsRawFd> std::os::fd::AsRawFd for SocketStamp<S> {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         self.inner.as_raw_fd()
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for SocketStamp<S> {
+impl<S: AsFd + AsyncRead + Unpin> AsyncRead for SocketStamp<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -81,7 +100,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for SocketStamp<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for SocketStamp<S> {
+impl<S: AsFd + AsyncWrite + Unpin> AsyncWrite for SocketStamp<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -367,6 +386,12 @@ impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
     /// owner); any other ends its side.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // A response cut off part-way: no orderly end (over TLS its
+        // close_notify would make a close-delimited body look complete);
+        // the socket's close ends the connection.
+        if this.state.is_aborted() {
+            return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
+        }
         ready!(this.poll_owed(cx))?;
         if this.released {
             return Pin::new(&mut this.inner).poll_flush(cx);

@@ -137,6 +137,10 @@ pub(crate) struct ConnState {
     bodyless: AtomicBool,
     /// hyper's 431 went out as a 414 (the request line never ended).
     pub(crate) uri_too_long: AtomicBool,
+    /// HTTP/1: a response body failed part-way (a servlet trapped, a file
+    /// shrank): the connection must end as an abort, never with TLS's
+    /// close_notify, which would make a close-delimited body look whole.
+    aborted: AtomicBool,
     /// Files the service leaves for the stream to send itself; also
     /// whether everything written has been flushed.
     pub(crate) sendfile: Handoff,
@@ -181,6 +185,7 @@ impl ConnState {
             partial_tail: AtomicBool::new(false),
             bodyless: AtomicBool::new(false),
             uri_too_long: AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
             sendfile: Handoff::default(),
             h2_files: std::sync::OnceLock::new(),
             h2_open: std::sync::OnceLock::new(),
@@ -229,6 +234,11 @@ impl ConnState {
             .map(|p| p.load(Ordering::Relaxed))
             .filter(|&ms| ms != 0)
             .min()
+    }
+
+    /// Whether an HTTP/1 response body failed part-way (see `aborted`).
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Relaxed)
     }
 
     /// Marks the connection draining (the server shuts down).
@@ -409,6 +419,14 @@ impl Drop for Handling {
 pub(crate) struct Sending(Arc<ConnState>, Option<Arc<AtomicU64>>);
 
 impl Sending {
+    /// The response's body failed part-way. On HTTP/1 that ends the
+    /// connection as an abort; HTTP/2 resets the stream alone.
+    pub(crate) fn failed(&self) {
+        if !self.0.h2.load(Ordering::Relaxed) {
+            self.0.aborted.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// HTTP/2: the response's data was taken by hyper (which takes it as
     /// the client's window lets it send): progress.
     pub(crate) fn progressed(&self) {
