@@ -39,8 +39,8 @@ pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey, CertError> {
         file: file.display().to_string(),
         reason,
     };
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| file_error(cert, pem_reason(&e)))?
+    let cert_pem = read_pem(cert).map_err(|reason| file_error(cert, reason))?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<_, _>>()
         .map_err(|e| file_error(cert, pem_reason(&e)))?;
     if chain.is_empty() {
@@ -49,7 +49,22 @@ pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey, CertError> {
             "no CERTIFICATE block in the file".to_owned(),
         ));
     }
-    let der = PrivateKeyDer::from_pem_file(key).map_err(|e| file_error(key, pem_reason(&e)))?;
+    // Every block, not only the leaf (which the key check reads): a
+    // damaged intermediate would fail every verifying client's handshake.
+    for (n, der) in chain.iter().enumerate() {
+        if let Err(e) = x509_parser::parse_x509_certificate(der) {
+            return Err(file_error(
+                cert,
+                format!(
+                    "certificate {} of the chain is not a valid X.509 certificate: {e}",
+                    n + 1
+                ),
+            ));
+        }
+    }
+    let key_pem = read_pem(key).map_err(|reason| file_error(key, reason))?;
+    let der =
+        PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| file_error(key, pem_reason(&e)))?;
     let provider = provider();
     let signing = provider
         .key_provider
@@ -64,6 +79,37 @@ pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey, CertError> {
         ))
     })?;
     Ok(certified)
+}
+
+/// The most a certificate chain or key file may hold.
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
+/// Reads a PEM file that must be a regular file: opened without blocking
+/// (a FIFO put at the path would hold the watcher, or `swan check`, for
+/// good), and at most [`MAX_PEM_BYTES`].
+fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::File::options()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_owned());
+    }
+    if meta.len() > MAX_PEM_BYTES {
+        return Err(format!(
+            "larger than {} KiB: not a PEM certificate or key",
+            MAX_PEM_BYTES >> 10
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_PEM_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
 }
 
 fn pem_reason(e: &rustls::pki_types::pem::Error) -> String {
@@ -124,8 +170,46 @@ pub fn validity_problem(key: &CertifiedKey) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::pem_reason;
+    use super::{load, pem_reason};
     use rustls::pki_types::pem::Error;
+
+    /// A chain with a block that is not a certificate (a damaged
+    /// intermediate) is refused, where only the leaf used to be read; a
+    /// FIFO at the key's path is refused at once instead of blocking.
+    #[test]
+    fn a_damaged_chain_block_or_a_fifo_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let leaf = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("cert");
+        let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&key_path, key.serialize_pem()).expect("key");
+        std::fs::write(&cert_path, leaf.pem()).expect("cert");
+        assert!(load(&cert_path, &key_path).is_ok());
+        let damaged = format!(
+            "{}-----BEGIN CERTIFICATE-----\nAAAAAAAA\n-----END CERTIFICATE-----\n",
+            leaf.pem()
+        );
+        std::fs::write(&cert_path, damaged).expect("cert");
+        let err = load(&cert_path, &key_path)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("certificate 2 of the chain"), "{err}");
+        std::fs::write(&cert_path, leaf.pem()).expect("cert");
+        let fifo = dir.path().join("fifo.pem");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let err = load(&cert_path, &fifo).err().expect("refused").to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+        let err = load(&fifo, &key_path).err().expect("refused").to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+    }
 
     /// A half-written file names the marker it lacks as text, not bytes.
     #[test]

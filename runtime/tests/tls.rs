@@ -310,7 +310,37 @@ async fn https_serves_h2_and_http1_reloads_its_certificate_and_redirects_plain_h
         renewed = leaf == early.leaf_der;
     }
     assert!(renewed, "the renewal was never served once valid");
+    // A renewal written before its start, then rolled back before it: the
+    // files changed, so the pair waiting for its start never serves.
+    let now = time::OffsetDateTime::now_utc();
+    let late = make_certs_dated(
+        5,
+        Some((
+            now + time::Duration::seconds(4),
+            now + time::Duration::days(30),
+        )),
+    );
+    write_certs(dir.path(), &late);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     write_certs(dir.path(), &second);
+    let cas = [&second.ca_der, &early.ca_der, &late.ca_der];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rust_client(&tls, &cas, "/").await.0 != second.leaf_der {
+        assert!(Instant::now() < deadline, "the rollback was never served");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Past the late pair's start, with time for the watcher to look.
+    let start = now + time::Duration::seconds(4);
+    let wait = (start - time::OffsetDateTime::now_utc())
+        .whole_milliseconds()
+        .max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(wait + 2500)).await;
+    let (leaf, _, status, _) = rust_client(&tls, &cas, "/").await;
+    assert_eq!(
+        (leaf, status),
+        (second.leaf_der.clone(), 200),
+        "a pair no longer on disk was swapped in"
+    );
     let log = stop(s.child);
     assert!(log.contains("TLS certificate reloaded"), "{log}");
     assert!(log.contains("TLS certificate change refused"), "{log}");
@@ -423,6 +453,18 @@ async fn https_http1_holds_the_head_limit_and_clients_without_alpn_are_served() 
             );
         }
     }
+    // A client offering only `http/1.0` by ALPN (`curl -0`) is served.
+    let (negotiated, reply, _) = raw_tls(
+        &tls,
+        &certs.ca_der,
+        &[b"http/1.0"],
+        b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n",
+        usize::MAX,
+    )
+    .await;
+    assert_eq!(negotiated, b"http/1.0");
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.0 200 "), "{reply}");
     // HTTP/2 with prior knowledge and no ALPN: the server's SETTINGS
     // come back.
     let (negotiated, reply, _) = raw_tls(

@@ -64,3 +64,45 @@ fn the_repository_swan_toml_is_valid() -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
 }
+
+/// `hsts` must carry the `max-age` browsers need (they ignore the header
+/// without one), once, as a number of seconds; "" turns it off.
+#[test]
+fn hsts_without_a_max_age_is_refused() -> Result<()> {
+    let site = swan_tests::TestSite::new()?;
+    site.file("cert.pem", "")?;
+    site.file("key.pem", "")?;
+    let with = |hsts: &str| {
+        site.config(&format!(
+            "[server]\nlisten = [{{ addr = \"127.0.0.1:0\", tls = true }}]\n\
+             [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\nhsts = {hsts:?}\n\
+             [[site]]\nroot = \"www\"\n"
+        ))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+    };
+    site.dir("www")?;
+    for bad in [
+        "includeSubDomains",
+        "max-age=abc",
+        "max-age=",
+        "max-age=1; max-age=2",
+        "maxage=300",
+    ] {
+        let err = with(bad);
+        assert!(err.contains("server.tls.hsts"), "{bad}: {err}");
+        assert!(err.contains("max-age"), "{bad}: {err}");
+    }
+    for good in [
+        "",
+        "max-age=0",
+        "max-age=63072000; includeSubDomains",
+        "MAX-AGE=\"300\"; preload",
+        " includeSubDomains ; max-age=10 ",
+    ] {
+        let err = with(good);
+        assert!(!err.contains("hsts"), "{good}: {err}");
+    }
+    Ok(())
+}

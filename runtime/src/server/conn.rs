@@ -230,7 +230,7 @@ pub(crate) async fn serve<S>(
 {
     let Tls { stream, state } = conn;
     let protocol = match stream.get_ref().1.alpn_protocol() {
-        Some(b"http/1.1") => {
+        Some(b"http/1.1" | b"http/1.0") => {
             #[allow(
                 unsafe_code,
                 reason = "polled only beside the connection, which owns the socket"

@@ -57,7 +57,9 @@ pub(crate) fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, TlsError> {
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_cert_resolver(current.clone());
-    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // `http/1.0` too: a client offering only that (`curl -0`) would
+    // otherwise fail the handshake, where NGINX serves it.
+    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), b"http/1.0".to_vec()];
     server.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE);
     server.ticketer = rustls::crypto::ring::Ticketer::new()?;
     watch(config.clone(), current);
@@ -85,10 +87,12 @@ fn watch(config: TlsConfig, current: Arc<Current>) {
                 let changed = now != seen;
                 let key = if changed {
                     seen = now;
+                    // The files changed again: a pair waiting for its
+                    // dates is no longer on disk, and must never serve.
+                    dated = None;
                     match certs::load(&config.cert, &config.key) {
                         Ok(key) => key,
                         Err(e) => {
-                            dated = None;
                             tracing::error!(
                                 error = %e,
                                 "TLS certificate change refused; the previous certificate keeps serving"

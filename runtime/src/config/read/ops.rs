@@ -166,18 +166,32 @@ pub(super) fn tls(
     let redirect_http = t.bool(diag, "redirect_http").unwrap_or(false);
     let hsts = match t.string(diag, "hsts") {
         Some(v) if v.get_ref().is_empty() => None,
-        Some(v) => match http::HeaderValue::from_str(v.get_ref()) {
-            Ok(_) => Some(v.into_inner()),
-            Err(_) => {
-                diag.error(
-                    v.span(),
-                    &t.key_path("hsts"),
-                    "not a valid header value",
-                    Some("such as \"max-age=63072000; includeSubDomains\"".to_owned()),
-                );
+        Some(v) => {
+            let problem = if http::HeaderValue::from_str(v.get_ref()).is_err() {
+                Some("not a valid header value")
+            } else if !has_max_age(v.get_ref()) {
+                Some(
+                    "no `max-age=SECONDS` directive: browsers ignore a Strict-Transport-Security header without one (RFC 6797)",
+                )
+            } else {
                 None
+            };
+            match problem {
+                None => Some(v.into_inner()),
+                Some(problem) => {
+                    diag.error(
+                        v.span(),
+                        &t.key_path("hsts"),
+                        problem,
+                        Some(
+                            "such as \"max-age=63072000; includeSubDomains\" (\"\" turns it off)"
+                                .to_owned(),
+                        ),
+                    );
+                    None
+                }
             }
-        },
+        }
         None => None,
     };
     Some(TlsConfig {
@@ -303,4 +317,22 @@ pub(in crate::config) fn overlap(a: std::net::SocketAddr, b: std::net::SocketAdd
     }
     let (x, y) = (a.ip(), b.ip());
     x == y || (x.is_ipv4() == y.is_ipv4() && (x.is_unspecified() || y.is_unspecified()))
+}
+
+/// Whether an HSTS value has the `max-age` directive RFC 6797 requires:
+/// once, with a number of seconds (bare or quoted).
+fn has_max_age(value: &str) -> bool {
+    let ages: Vec<&str> = value
+        .split(';')
+        .filter_map(|d| {
+            let (name, v) = d.split_once('=')?;
+            name.trim()
+                .eq_ignore_ascii_case("max-age")
+                .then_some(v.trim())
+        })
+        .collect();
+    matches!(ages.as_slice(), [age] if {
+        let digits = age.strip_prefix('"').and_then(|a| a.strip_suffix('"')).unwrap_or(age);
+        !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+    })
 }
