@@ -207,6 +207,23 @@ async fn conformance(store: Arc<Store>) -> Result<()> {
     if kind == "embedded" {
         assert!(store.list("p:", Some(987_654_321), 5).await.is_err());
     }
+    // A cursor continues its own listing only: taken to another prefix it
+    // never hands out keys outside that prefix (Redis kept the rest of a
+    // SCAN step, of the first prefix's keys, under the cursor).
+    store.set("r:1", Bytes::from("x"), None).await?;
+    let mut cursor = None;
+    for _ in 0..10 {
+        let page = store.list("p:", cursor, 1).await?;
+        let Some(c) = page.cursor else { break };
+        if let Ok(other) = store.list("r:", Some(c), 5).await {
+            assert!(
+                other.keys.iter().all(|k| k.starts_with("r:")),
+                "{kind}: {:?} listed under r:",
+                other.keys
+            );
+        }
+        cursor = Some(c);
+    }
     // Limits.
     let long_key = "k".repeat(65);
     assert!(
@@ -293,6 +310,27 @@ async fn the_redis_store_passes_the_conformance_tests() -> Result<()> {
     let server = RedisServer::start()?;
     conformance(redis(&server, "one")?).await?;
     contention(redis(&server, "two")?).await?;
+    // A key that is not UTF-8 (written by another client) is listed with
+    // U+FFFD, not an error for every listing that meets it.
+    let raw = {
+        use std::io::{Read, Write};
+        let addr = server.url().trim_start_matches("redis://").to_owned();
+        let mut conn = std::net::TcpStream::connect(addr.trim_end_matches('/'))?;
+        let key = b"swan:three:nu\xff\xfekey";
+        let mut command = format!("*3\r\n$3\r\nSET\r\n${}\r\n", key.len()).into_bytes();
+        command.extend_from_slice(key);
+        command.extend_from_slice(b"\r\n$1\r\nv\r\n");
+        conn.write_all(&command)?;
+        let mut reply = [0u8; 5];
+        conn.read_exact(&mut reply)?;
+        reply
+    };
+    assert_eq!(&raw, b"+OK\r\n");
+    let three = redis(&server, "three")?;
+    three.set("nu-ok", Bytes::from("v"), None).await?;
+    let mut listed = three.list("nu", None, 10).await?.keys;
+    listed.sort();
+    assert_eq!(listed, ["nu-ok", "nu\u{fffd}\u{fffd}key"]);
     // Stores are namespaced: the same key in two stores is two keys.
     let a = redis(&server, "a")?;
     let b = redis(&server, "b")?;
@@ -307,14 +345,24 @@ fn an_embedded_store_keeps_its_data_across_a_reopen() -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async {
+    let before = rt.block_on(async {
         let store = embedded(dir.path())?;
         store.set("kept", Bytes::from("yes"), None).await?;
-        anyhow::Ok(())
+        for k in ["l:1", "l:2", "l:3"] {
+            store.set(k, Bytes::from("x"), None).await?;
+        }
+        let page = store.list("l:", None, 1).await?;
+        anyhow::Ok(page.cursor.expect("more keys"))
     })?;
     rt.block_on(async {
         let store = embedded(dir.path())?;
         assert_eq!(store.get("kept").await?, Some(Bytes::from("yes")));
+        // A cursor from before the reopen is unknown (-6 to a servlet),
+        // even once a new listing of the same prefix has begun: it never
+        // continues another listing from where that one is.
+        let now = store.list("l:", None, 1).await?;
+        assert!(now.cursor.is_some());
+        assert!(store.list("l:", Some(before), 1).await.is_err());
         anyhow::Ok(())
     })
 }

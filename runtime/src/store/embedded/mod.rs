@@ -100,11 +100,28 @@ struct Write {
 /// Listing positions handed out as cursors: cursor number → the last key
 /// returned, so the next page starts after that key whatever was added or
 /// deleted meanwhile. Bounded: the oldest are forgotten first.
-#[derive(Default)]
 struct Cursors {
     next: u64,
     last_key: std::collections::HashMap<u64, String>,
     order: std::collections::VecDeque<u64>,
+}
+
+/// Ids start at a random point in each process: a cursor kept across a
+/// restart is unknown (as documented), never another listing's.
+impl Default for Cursors {
+    fn default() -> Cursors {
+        use std::hash::{BuildHasher, Hasher};
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        Cursors {
+            // Below 2^52: ids stay positive i64s (and exact in a double)
+            // for as long as a process could hand them out.
+            next: random >> 12,
+            last_key: std::collections::HashMap::new(),
+            order: std::collections::VecDeque::new(),
+        }
+    }
 }
 
 /// Cursors remembered at most (each holds one key, at most `max_key_bytes`).
@@ -230,6 +247,16 @@ impl Embedded {
                     .ok_or_else(|| other("unknown or expired cursor: list again from the start"))?,
             ),
         };
+        // A cursor continues the listing it came from: taken to another
+        // prefix it would skip keys, or end that listing early.
+        if after
+            .as_deref()
+            .is_some_and(|last| !last.starts_with(prefix))
+        {
+            return Err(other(
+                "the cursor belongs to a listing of another prefix: list again from the start",
+            ));
+        }
         let now = now_ms();
         let start = match after.as_deref() {
             Some(last) if last >= prefix => Bound::Excluded(last),

@@ -373,7 +373,8 @@ impl RedisStore {
     /// A page of at most `limit` keys under `prefix`. SCAN's COUNT is only
     /// a hint and one SCAN step can return more keys than a page holds;
     /// what does not fit is kept in Redis (`swan-cursor:NAME:ID`, for ten
-    /// minutes) with the SCAN cursor after it, and the page's cursor points
+    /// minutes) with the SCAN cursor after it and the prefix it lists (a
+    /// cursor taken to another prefix is refused), and the page's cursor points
     /// there. So pages are never longer than `limit`, every key present for
     /// the whole listing is returned (SCAN's own guarantee), and any swan
     /// process sharing the Redis can continue a listing another began.
@@ -396,11 +397,19 @@ impl RedisStore {
                     .lrange(self.cursor_key(id), 0, -1)
                     .await
                     .map_err(|e| slot.failed(e))?;
-                let Some((next, rest)) = state.split_first() else {
+                let [next, listed, rest @ ..] = state.as_slice() else {
                     return Err(StoreError::Other(
                         "unknown or expired cursor: list again from the start".to_owned(),
                     ));
                 };
+                // The rest belongs to the listing it came from: taken to
+                // another prefix, it would hand out keys outside it.
+                if listed != prefix {
+                    return Err(StoreError::Other(
+                        "the cursor belongs to a listing of another prefix: list again from the start"
+                            .to_owned(),
+                    ));
+                }
                 let rest = rest.get(offset..).unwrap_or_default();
                 if rest.len() > limit {
                     return Ok(KeyPage {
@@ -432,7 +441,10 @@ impl RedisStore {
                     cursor: Some(ListCursor::Scan(scan).encode()?),
                 });
             }
-            let (after, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            // Keys as bytes: one that is not UTF-8 (written by another
+            // client) is listed with U+FFFD, as ABI.md says, instead of
+            // failing every listing that meets it.
+            let (after, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
                 .arg(scan)
                 .arg("MATCH")
                 .arg(&pattern)
@@ -442,8 +454,9 @@ impl RedisStore {
                 .await
                 .map_err(|e| slot.failed(e))?;
             let mut batch: Vec<String> = batch
-                .into_iter()
-                .filter_map(|k| k.strip_prefix(&self.prefix).map(str::to_owned))
+                .iter()
+                .filter_map(|k| k.strip_prefix(self.prefix.as_bytes()))
+                .map(|k| String::from_utf8_lossy(k).into_owned())
                 .collect();
             let room = limit - keys.len();
             if batch.len() > room {
@@ -459,6 +472,7 @@ impl RedisStore {
                     .atomic()
                     .del(&state_key)
                     .rpush(&state_key, after.to_string())
+                    .rpush(&state_key, prefix)
                     .rpush(&state_key, rest)
                     .expire(&state_key, 600)
                     .query_async::<()>(&mut con)
