@@ -54,6 +54,10 @@ fn the_status_page_renders_in_a_real_browser() {
         wat::parse_str(TRAP).expect("wat"),
     )
     .expect("broken");
+    // A module refused at load, over static files it shadows.
+    std::fs::write(dir.path().join("servlets/bad.wasm"), b"not a module").expect("bad");
+    std::fs::create_dir(dir.path().join("www/bad")).expect("www/bad");
+    std::fs::write(dir.path().join("www/bad/index.html"), "shadowed").expect("shadowed");
     std::fs::write(
         dir.path().join("swan.toml"),
         "[server]\nlisten = [\"127.0.0.1:0\"]\n[admin]\nlisten = \"127.0.0.1:0\"\n\
@@ -66,6 +70,10 @@ fn the_status_page_renders_in_a_real_browser() {
         assert_eq!(status_of(&get(&public, "/hello")), 200);
     }
     assert_eq!(status_of(&get(&public, "/broken")), 500);
+    // A refused folder servlet answers 500 like a refused route, never
+    // the files it shadows.
+    assert_eq!(status_of(&get(&public, "/bad")), 500);
+    assert_eq!(status_of(&get(&public, "/bad/")), 500);
     // A reload shows up too.
     std::fs::write(dir.path().join("www/new.html"), "new").expect("file");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -109,7 +117,11 @@ fn the_status_page_renders_in_a_real_browser() {
     );
     assert!(dom.contains("servlet failed ("), "recent errors: {dom}");
     assert!(dom.contains("files of site demo"), "recent reloads: {dom}");
-    assert!(dom.contains("2 files in memory"), "cache: {dom}");
+    assert!(dom.contains("3 files in memory"), "cache: {dom}");
+    assert!(
+        dom.contains("<code>/bad/*</code>") && dom.contains("bad refused at load"),
+        "a refused servlet's row: {dom}"
+    );
     // Nothing loaded from elsewhere: every link and source is local.
     for attr in ["src=\"http", "href=\"http", "@import", "url("] {
         assert!(!dom.contains(attr), "external asset ({attr}): {dom}");

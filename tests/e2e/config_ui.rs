@@ -106,3 +106,36 @@ fn hsts_without_a_max_age_is_refused() -> Result<()> {
     }
     Ok(())
 }
+
+/// An access log that cannot be created is a configuration error (what
+/// `swan check` says, with the key's position), not a start that fails:
+/// here its folder is a read-only mount (a tmpfs, as root), and one
+/// that does not exist.
+#[test]
+fn an_access_log_that_cannot_be_created_is_a_configuration_error() -> Result<()> {
+    let site = swan_tests::TestSite::new()?;
+    site.dir("www")?;
+    let ro = site.dir("ro")?;
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "ro,size=64k", "tmpfs"])
+        .arg(&ro)
+        .status()?;
+    anyhow::ensure!(mounted.success(), "mounting a tmpfs needs root");
+    let config = |access: &str| {
+        site.config(&format!(
+            "[log]\naccess = \"{access}\"\n[[site]]\nroot = \"www\"\n"
+        ))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+    };
+    let read_only = config("ro/access.log");
+    let missing = config("nowhere/access.log");
+    let fine = config("access.log");
+    let _ = std::process::Command::new("umount").arg(&ro).status();
+    assert!(read_only.contains("log.access"), "{read_only}");
+    assert!(read_only.contains("is not writable"), "{read_only}");
+    assert!(missing.contains("does not exist"), "{missing}");
+    assert!(fine.is_empty(), "{fine}");
+    Ok(())
+}

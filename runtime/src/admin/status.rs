@@ -243,6 +243,15 @@ pub(crate) fn html(status: &Value) -> String {
                     );
                     continue;
                 }
+                if let Some(name) = sv["refused"].as_str() {
+                    let _ = write!(
+                        h,
+                        "<tr><td><code>{}</code></td><td colspan=9 class=bad>{} refused at load: its paths answer 500 (the reason is below)</td></tr>",
+                        s(&sv["route"]),
+                        esc(name)
+                    );
+                    continue;
+                }
                 let l = &sv["limits"];
                 let errors: Vec<String> = sv["recent_errors"]
                     .as_array()

@@ -371,13 +371,27 @@ fn access_log_unopenable(log: &Path) -> Option<String> {
             .map(|e| format!("cannot be written: {e}")),
         Ok(_) => None,
         Err(_) => {
-            let folder = log.parent().filter(|p| !p.as_os_str().is_empty())?;
-            (!folder.is_dir()).then(|| {
-                format!(
+            let folder = log
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !folder.is_dir() {
+                return Some(format!(
                     "cannot be created: its folder {} does not exist",
                     folder.display()
-                )
-            })
+                ));
+            }
+            // Whether this user may create a file there (a root-owned
+            // /var/log, a read-only mount), without creating one.
+            rustix::fs::access(folder, rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK)
+                .err()
+                .map(|e| {
+                    format!(
+                        "cannot be created: its folder {} is not writable: {}",
+                        folder.display(),
+                        std::io::Error::from(e)
+                    )
+                })
         }
     }
 }

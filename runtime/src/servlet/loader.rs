@@ -254,10 +254,10 @@ impl Loader {
                 PlannedTarget::BuildFailed(e) => Target::BuildFailed(e),
                 PlannedTarget::Servlet(info) => match loaded_iter.next() {
                     Some(Some(l)) => Target::Servlet(l.servlet.clone()),
-                    _ if p.origin == RouteOrigin::Config => {
-                        Target::Refused(Arc::from(info.name.as_str()))
-                    }
-                    _ => continue,
+                    // Refused with no earlier version to keep: its paths
+                    // answer 500, a folder servlet's as a route's, never
+                    // falling through to the files it shadows.
+                    _ => Target::Refused(Arc::from(info.name.as_str())),
                 },
             };
             let _ = routes.add(Route {
