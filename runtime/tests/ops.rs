@@ -1432,7 +1432,8 @@ fn a_store_changed_by_a_reload_is_named_in_the_log() {
 /// With `ready_needs_stores = false`, a store that fails leaves `/readyz`
 /// green: several processes sharing one Redis would otherwise all leave
 /// their balancer together, static files included. The same setup with
-/// the default goes 503 within seconds (the test below).
+/// the default goes 503 within seconds (the test below). The outage is
+/// still shown (status page, `swan_store_up`), and its end.
 #[test]
 fn readiness_can_leave_the_stores_out() {
     let dir = with_servlets(
@@ -1453,6 +1454,26 @@ fn readiness_can_leave_the_stores_out() {
         assert_eq!(status_of(&reply), 200, "{reply}");
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The outage still shows: on the status page, in /status.json and as
+    // swan_store_up.
+    let metrics = get(&admin, "/metrics");
+    assert!(
+        metrics.contains("swan_store_up{store=\"sessions\",kind=\"embedded\"} 0"),
+        "{metrics}"
+    );
+    let status = get(&admin, "/status.json");
+    assert!(status.contains("\"state\":\"down: "), "{status}");
+    let page = get(&admin, "/");
+    assert!(page.contains("<td class=bad>down: "), "{page}");
+    // And its end.
+    std::fs::rename(dir.path().join("data/away.redb"), &file).expect("move the file back");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !get(&admin, "/metrics").contains("swan_store_up{store=\"sessions\",kind=\"embedded\"} 1")
+    {
+        assert!(Instant::now() < deadline, "the store never came back up");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(get(&admin, "/status.json").contains("\"state\":\"up\""));
     stop(s.child);
 }
 

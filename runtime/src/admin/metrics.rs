@@ -21,9 +21,11 @@ use crate::servlet::Target;
 type Labels = Vec<(&'static str, String)>;
 
 /// Renders the metrics of `app`.
-pub(crate) fn render(app: &Arc<App>) -> String {
+/// The metrics text; `stores` is each store's state now (see
+/// `store_states`).
+pub(crate) fn render(app: &Arc<App>, stores: Vec<(String, Option<String>)>) -> String {
     let mut registry = Registry::with_prefix("swan");
-    registry.register_collector(Box::new(Snapshot(app.clone())));
+    registry.register_collector(Box::new(Snapshot(app.clone(), stores)));
     let mut out = String::with_capacity(16 << 10);
     if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
         out.clear();
@@ -32,7 +34,7 @@ pub(crate) fn render(app: &Arc<App>) -> String {
 }
 
 #[derive(Debug)]
-struct Snapshot(Arc<App>);
+struct Snapshot(Arc<App>, Vec<(String, Option<String>)>);
 
 /// `labels` with their values escaped as the text format requires (`\`,
 /// `"` and a line feed): the encoder writes values as given, and a site
@@ -411,13 +413,16 @@ impl Collector for Snapshot {
 
         // Stores.
         if let Some(loader) = &app.loader {
-            let (mut ops, mut errors) = (Vec::new(), Vec::new());
+            let (mut ops, mut errors, mut up) = (Vec::new(), Vec::new(), Vec::new());
             for store in loader.stores().iter() {
                 let st = store.stats();
                 let l = vec![
                     ("store", store.name().to_owned()),
                     ("kind", store.kind().to_owned()),
                 ];
+                if let Some((_, problem)) = self.1.iter().find(|(name, _)| name == store.name()) {
+                    up.push((l.clone(), if problem.is_none() { 1.0 } else { 0.0 }));
+                }
                 ops.push((l.clone(), st.operations.get() as f64));
                 for (why, c) in [
                     ("unavailable", &st.unavailable),
@@ -442,6 +447,13 @@ impl Collector for Snapshot {
                 "Failed store operations, by cause",
                 MetricType::Counter,
                 &errors,
+            )?;
+            family(
+                &mut e,
+                "store_up",
+                "1 when the store answers a ping within 400 ms now (whatever ready_needs_stores says)",
+                MetricType::Gauge,
+                &up,
             )?;
         }
         family(

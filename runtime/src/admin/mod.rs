@@ -212,6 +212,28 @@ async fn readiness(app: &App) -> Result<(), String> {
     Ok(())
 }
 
+/// Each opened store's state now, by name: `None` when it answers a ping
+/// within [`STORE_CHECK`], else why not. Every store, listed by a route or
+/// not, whatever `ready_needs_stores` says: the status page and
+/// `swan_store_up` show an outage that readiness is told to ignore.
+async fn store_states(app: &App) -> Vec<(String, Option<String>)> {
+    let Some(loader) = &app.loader else {
+        return Vec::new();
+    };
+    let checks = loader.stores().iter().map(|store| async move {
+        let problem = match tokio::time::timeout(STORE_CHECK, store.ping()).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!(
+                "unreachable: no answer in {} ms",
+                STORE_CHECK.as_millis()
+            )),
+        };
+        (store.name().to_owned(), problem)
+    });
+    futures_util::future::join_all(checks).await
+}
+
 /// What the admin listener answers.
 #[derive(Clone, Copy)]
 enum Page {
@@ -298,22 +320,22 @@ async fn answer_page(app: &Arc<App>, page: Page) -> Response<Full<Bytes>> {
         Page::Metrics => reply(
             StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics::render(app),
+            metrics::render(app, store_states(app).await),
         ),
         Page::StatusJson => {
-            let ready = readiness_word(app).await;
+            let (ready, stores) = tokio::join!(readiness_word(app), store_states(app));
             reply(
                 StatusCode::OK,
                 "application/json",
-                status::json(app, &ready).to_string(),
+                status::json(app, &ready, &stores).to_string(),
             )
         }
         Page::Status => {
-            let ready = readiness_word(app).await;
+            let (ready, stores) = tokio::join!(readiness_word(app), store_states(app));
             reply(
                 StatusCode::OK,
                 "text/html; charset=utf-8",
-                status::html(&status::json(app, &ready)),
+                status::html(&status::json(app, &ready, &stores)),
             )
         }
     }

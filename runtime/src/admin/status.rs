@@ -22,7 +22,7 @@ fn rfc3339(t: SystemTime) -> String {
 }
 
 /// Everything the page shows, as JSON.
-pub(crate) fn json(app: &Arc<App>, readiness: &str) -> Value {
+pub(crate) fn json(app: &Arc<App>, readiness: &str, states: &[(String, Option<String>)]) -> Value {
     let o = &app.observe;
     let sites = app.sites.load();
     let sites: Vec<Value> = sites
@@ -102,9 +102,15 @@ pub(crate) fn json(app: &Arc<App>, readiness: &str) -> Value {
         .flat_map(|l| l.stores().iter())
         .map(|s| {
             let st = s.stats();
+            let state = match states.iter().find(|(name, _)| name == s.name()) {
+                Some((_, None)) => "up".to_owned(),
+                Some((_, Some(why))) => format!("down: {why}"),
+                None => "unknown".to_owned(),
+            };
             json!({
                 "name": s.name(),
                 "kind": s.kind(),
+                "state": state,
                 "operations": st.operations.get(),
                 "unavailable": st.unavailable.get(),
                 "limit": st.limited.get(),
@@ -303,13 +309,16 @@ pub(crate) fn html(status: &Value) -> String {
     }
     let stores = status["stores"].as_array().cloned().unwrap_or_default();
     if !stores.is_empty() {
-        h.push_str("<h2>Stores</h2><table id=stores><tr><th>name</th><th>kind</th><th>operations</th><th>unavailable</th><th>over a limit</th><th>other errors</th></tr>");
+        h.push_str("<h2>Stores</h2><table id=stores><tr><th>name</th><th>kind</th><th>state</th><th>operations</th><th>unavailable</th><th>over a limit</th><th>other errors</th></tr>");
         for st in &stores {
+            let up = st["state"].as_str() == Some("up");
             let _ = write!(
                 h,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 s(&st["name"]),
                 s(&st["kind"]),
+                if up { "" } else { " class=bad" },
+                s(&st["state"]),
                 s(&st["operations"]),
                 s(&st["unavailable"]),
                 s(&st["limit"]),

@@ -383,15 +383,18 @@ fn access_log_unopenable(log: &Path) -> Option<String> {
             }
             // Whether this user may create a file there (a root-owned
             // /var/log, a read-only mount), without creating one.
-            rustix::fs::access(folder, rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK)
-                .err()
-                .map(|e| {
-                    format!(
-                        "cannot be created: its folder {} is not writable: {}",
-                        folder.display(),
-                        std::io::Error::from(e)
-                    )
-                })
+            rustix::fs::access(
+                folder,
+                rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+            )
+            .err()
+            .map(|e| {
+                format!(
+                    "cannot be created: its folder {} is not writable: {}",
+                    folder.display(),
+                    std::io::Error::from(e)
+                )
+            })
         }
     }
 }

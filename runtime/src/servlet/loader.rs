@@ -15,7 +15,7 @@ use std::sync::Arc;
 use super::native::{self, LoadError};
 use super::plan::{self, BuildRecord, Listing, Planned, PlannedTarget};
 use super::pool::InstancePool;
-use super::route::{Route, RouteOrigin, RouteTable, Target};
+use super::route::{Route, RouteTable, Target};
 use super::source::{BuildError, BuildLimits};
 use super::{Pool, component};
 use super::{Servlet, ServletInfo};
