@@ -1515,3 +1515,65 @@ fn readiness_checks_only_the_stores_routes_list_now() {
     );
     stop(s.child);
 }
+
+/// A servlet removed from its folder, or a route taken out of the
+/// configuration, takes its series out of `/metrics`: deploys under new
+/// names (`api-v123.wasm`) do not pile up series for the life of the
+/// process. The routes that stay keep their counts.
+#[test]
+fn removed_routes_leave_the_metrics() {
+    let config = |route: &str| {
+        format!(
+            "[server]\nlisten = [\"127.0.0.1:0\"]\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+             [[site]]\nname = \"main\"\nroot = \"www\"\nservlets = \"servlets\"\n{route}"
+        )
+    };
+    let routed = "[[site.route]]\npath = \"/api-v1/*\"\nservlet = \"servlets/who.wasm\"\n";
+    let dir = with_servlets(&config(routed));
+    let s = start(dir.path(), &[], true);
+    let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
+    std::fs::copy(
+        dir.path().join("servlets/who.wasm"),
+        dir.path().join("servlets/v1.wasm"),
+    )
+    .expect("deploy v1");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status_of(&get(&public, "/v1")) != 200 {
+        assert!(Instant::now() < deadline, "v1 never went live");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for path in ["/who", "/api-v1/x"] {
+        assert_eq!(status_of(&get(&public, path)), 200, "{path}");
+    }
+    let series = |route: &str| {
+        get(&admin, "/metrics")
+            .lines()
+            .filter(|l| {
+                l.starts_with("swan_requests_total{") && l.contains(&format!("route=\"{route}\""))
+            })
+            .count()
+    };
+    for route in ["/v1/*", "/who/*", "/api-v1/*"] {
+        assert!(series(route) > 0, "{route}");
+    }
+    std::fs::remove_file(dir.path().join("servlets/v1.wasm")).expect("remove v1");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while series("/v1/*") > 0 {
+        assert!(Instant::now() < deadline, "v1's series stayed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(dir.path().join("swan.toml"), config("")).expect("config");
+    let _ = Command::new("kill")
+        .args(["-HUP", &s.child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while series("/api-v1/*") > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the removed route's series stayed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(series("/who/*") > 0, "a route that stays keeps its series");
+    stop(s.child);
+}

@@ -200,6 +200,16 @@ impl Observe {
         }
     }
 
+    /// Forgets the counters of `site`'s routes other than `routes` (a
+    /// reload removed them: a servlet file deleted, a route taken out of
+    /// the configuration), so deploys under new names do not pile up
+    /// series for good. The routes kept keep their counts.
+    pub fn keep_only_routes(&self, site: &str, routes: &[String]) {
+        if let Ok(mut map) = self.routes.lock() {
+            map.retain(|(s, route), _| &**s != site || routes.iter().any(|r| **r == **route));
+        }
+    }
+
     /// Every site's counters, by name.
     pub fn sites(&self) -> Vec<(Arc<str>, Arc<SiteCounters>)> {
         let mut all: Vec<_> = self

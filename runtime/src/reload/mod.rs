@@ -390,6 +390,10 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
                     } else {
                         app.observe.reloaded(label, true, "");
                     }
+                    if what.servlets {
+                        app.observe
+                            .keep_only_routes(&new.config.name, &route_paths(&new));
+                    }
                     Arc::new(new)
                 }
                 Err(e) => {
@@ -404,6 +408,15 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
         app.sites.store(Arc::new(Sites::new(sites)));
         tracing::info!(took_ms = started.elapsed().as_millis() as u64, "reloaded");
     }
+}
+
+/// The paths `site` routes to servlets (the keys of its route counters).
+fn route_paths(site: &Site) -> Vec<String> {
+    site.servlets
+        .routes
+        .iter()
+        .map(|r| r.path.to_string())
+        .collect()
 }
 
 /// Reads the configuration again; returns whether it was applied.
@@ -511,6 +524,10 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
     }
     let names: Vec<&str> = config.sites.iter().map(|s| s.name.as_str()).collect();
     app.observe.keep_only_sites(&names);
+    for site in &sites {
+        app.observe
+            .keep_only_routes(&site.config.name, &route_paths(site));
+    }
     app.sites.store(Arc::new(Sites::new(sites)));
     tracing::info!(sites = config.sites.len(), "configuration reloaded");
     app.observe.reloaded("configuration", true, "");
