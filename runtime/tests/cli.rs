@@ -224,6 +224,46 @@ fn check_warns_when_max_connections_passes_the_descriptor_limit() {
     assert!(!high.contains("open-file limit"), "{high}");
 }
 
+/// `check` says where the admin listener and the access log are, and
+/// warns when the admin listener is not on loopback (its status page shows
+/// paths, errors and file names).
+#[test]
+fn check_shows_the_admin_listener_and_the_access_log() {
+    let dir = site();
+    let check = |config: &str| {
+        std::fs::write(dir.path().join("swan.toml"), config).expect("config");
+        let out = swan()
+            .current_dir(dir.path())
+            .arg("check")
+            .output()
+            .expect("check");
+        assert!(out.status.success(), "{out:?}");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (out, err) = check("[[site]]\nroot = \"www\"\n");
+    assert!(
+        out.contains("admin: off") && out.contains("access log: off"),
+        "{out}"
+    );
+    assert!(!err.contains("warning"), "{err}");
+    let (out, err) = check(
+        "[admin]\nlisten = \"127.0.0.1:9191\"\n[log]\naccess = \"access.log\"\nformat = \"json\"\n\
+         [[site]]\nroot = \"www\"\n",
+    );
+    assert!(out.contains("admin: http://127.0.0.1:9191/"), "{out}");
+    assert!(out.contains("access.log (json)"), "{out}");
+    assert!(!err.contains("warning"), "{err}");
+    let (out, err) = check("[admin]\nlisten = \"0.0.0.0:9191\"\n[[site]]\nroot = \"www\"\n");
+    assert!(out.contains("admin: http://0.0.0.0:9191/"), "{out}");
+    assert!(
+        err.contains("warning: the admin listener 0.0.0.0:9191 is not on loopback"),
+        "{err}"
+    );
+}
+
 /// `--listen` values are checked as the file's are: two on one address
 /// (or on the admin listener's) are a configuration error (exit 2) for
 /// `check` and `serve` alike, not a bind failure blamed on another process.

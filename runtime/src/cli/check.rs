@@ -42,6 +42,32 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
             None => outln!("tls: {}", tls.cert.display()),
         }
     }
+    match &config.admin {
+        Some(admin) => {
+            outln!(
+                "admin: http://{}/ (/livez, /readyz, /metrics)",
+                admin.listen
+            );
+            if !admin.listen.ip().is_loopback() {
+                errln!(
+                    "warning: the admin listener {} is not on loopback: its status page shows paths, errors and file names; keep it off the public network (firewall it, or listen on 127.0.0.1)",
+                    admin.listen
+                );
+            }
+        }
+        None => outln!("admin: off"),
+    }
+    let format = match config.log.format {
+        swan::config::AccessLogFormat::Combined => "combined",
+        swan::config::AccessLogFormat::Json => "json",
+    };
+    match &config.log.access {
+        swan::config::AccessLogTarget::Off => outln!("access log: off"),
+        swan::config::AccessLogTarget::Stdout => outln!("access log: stdout ({format})"),
+        swan::config::AccessLogTarget::File(path) => {
+            outln!("access log: {} ({format})", path.display())
+        }
+    }
     outln!("server:");
     outln!(
         "  workers             {} ({} runtime)",
