@@ -207,8 +207,20 @@ async fn components_that_cannot_serve_are_refused_with_the_reason_and_the_old_ve
              (import "acme:evil/thing" (instance (export "f" (func))))
            )"#,
     )?;
+    // An interface swan has, asked for a function it lacks.
+    let wrong_function = wat_component(
+        r#"(component
+             (import "wasi:random/random@0.2.0" (instance (export "get-random-u128" (func (result u64)))))
+           )"#,
+    )?;
     let no_handler = wat_component("(component)")?;
     for (name, bytes, expect) in [
+        (
+            "wrongfn.wasm",
+            wrong_function,
+            "imports `wasi:random/random@0.2.0`, which does not match what swan provides",
+        ),
+        ("wrongfn.wasm", Vec::new(), "get-random-u128"),
         (
             "imports.wasm",
             unknown_import.clone(),
@@ -221,7 +233,9 @@ async fn components_that_cannot_serve_are_refused_with_the_reason_and_the_old_ve
         ),
         ("f.wasm", unknown_import, "acme:evil/thing"),
     ] {
-        site.file(&format!("servlets/{name}"), bytes)?;
+        if !bytes.is_empty() {
+            site.file(&format!("servlets/{name}"), bytes)?;
+        }
         let seen = eventually(WAIT, || async {
             server.app().sites.load().iter().any(|s| {
                 s.servlets
@@ -231,11 +245,22 @@ async fn components_that_cannot_serve_are_refused_with_the_reason_and_the_old_ve
             })
         })
         .await;
-        assert!(seen, "{name} not refused with {expect}");
+        let refused: Vec<String> = server
+            .app()
+            .sites
+            .load()
+            .iter()
+            .flat_map(|s| s.servlets.refused.iter().map(|r| r.error.to_string()))
+            .collect();
+        assert!(seen, "{name} not refused with {expect}: {refused:?}");
     }
     // f.wasm was working: it still is.
     assert_eq!(server.get("/f/ok").await?.text(), "ok");
-    assert_eq!(server.get("/imports").await?.status, StatusCode::NOT_FOUND);
+    // Refused with no earlier version: 500, as a refused route.
+    assert_eq!(
+        server.get("/imports").await?.status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
     Ok(())
 }
 

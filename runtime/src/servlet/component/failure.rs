@@ -83,15 +83,52 @@ impl ComponentGuest {
     }
 }
 
-/// The import a link error names: wasmtime says "component imports
-/// instance `wasi:foo/bar@1.0.0`, but a matching implementation was not
-/// found in the linker" (or "function", "resource"...).
-pub(super) fn missing_import(e: &wasmtime::Error) -> Option<String> {
+/// The packages whose interfaces swan links for components.
+const PROVIDED: [&str; 10] = [
+    "wasi:io",
+    "wasi:clocks",
+    "wasi:random",
+    "wasi:cli",
+    "wasi:filesystem",
+    "wasi:sockets",
+    "wasi:http",
+    "wasi:config",
+    "wasi:keyvalue",
+    "swan:keyvalue",
+];
+
+/// The import a link error names, and why it does not link. wasmtime
+/// says "component imports instance `wasi:foo/bar@1.0.0`, but a matching
+/// implementation was not found in the linker" (or "function",
+/// "resource"...), with the cause below it when swan has the interface but
+/// not what the component asks of it (a function it lacks, a wrong type).
+pub(super) fn missing_import(e: &wasmtime::Error) -> (String, String) {
     let text = e.to_string();
-    let after = &text[text.find("imports ")?..];
-    let start = after.find('`')? + 1;
-    let len = after[start..].find('`')?;
-    Some(after[start..start + len].to_owned())
+    let named = text.find("imports ").and_then(|at| {
+        let after = &text[at..];
+        let start = after.find('`')? + 1;
+        let len = after[start..].find('`')?;
+        Some(after[start..start + len].to_owned())
+    });
+    // wasmtime gives a cause either way ("instance export `f` has the
+    // wrong type"): it is worth saying only for an interface swan has.
+    let provided = named.as_deref().is_some_and(|name| {
+        let package = name.split('/').next().unwrap_or_default();
+        PROVIDED.contains(&package) && (name.contains("@0.2") || name.contains("@0.3"))
+    });
+    let causes: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
+    let why = if provided && !causes.is_empty() {
+        format!(
+            "which does not match what swan provides: {}",
+            causes.join(": ")
+        )
+    } else {
+        "which swan does not provide to components".to_owned()
+    };
+    match named {
+        Some(name) => (name, why),
+        None => (format!("{e:#}"), why),
+    }
 }
 
 /// What a p2 guest's own error code means.

@@ -188,12 +188,14 @@ pub(crate) fn load(
         .exports(wasmtime_engine)
         .map(|(name, _)| name.to_owned())
         .collect();
-    let pre = linker
-        .instantiate_pre(&component)
-        .map_err(|e| LoadError::ComponentImport {
+    let pre = linker.instantiate_pre(&component).map_err(|e| {
+        let (missing, why) = missing_import(&e);
+        LoadError::ComponentImport {
             file: file.clone(),
-            missing: missing_import(&e).unwrap_or_else(|| format!("{e:#}")),
-        })?;
+            missing,
+            why,
+        }
+    })?;
     #[cfg(feature = "p3")]
     let pre = if p3_use == Some(P3Use::Handler) {
         ServicePre::new(pre).map(Pre::P3)

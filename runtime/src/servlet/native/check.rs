@@ -51,13 +51,17 @@ pub enum LoadError {
     },
     /// A component imports something swan does not provide.
     #[error(
-        "{file}: imports `{missing}`, which swan does not provide to components (they may import WASI 0.2, `wasi:http` 0.2.x, `wasi:config/store@0.2.0-rc.1` and `wasi:keyvalue@0.2.0-draft`; WASI 0.3 and `wasi:http` 0.3.x where the route sets `wasi_http_p3`)"
+        "{file}: imports `{missing}`, {why} (components may import WASI 0.2, `wasi:http` 0.2.x, `wasi:config/store@0.2.0-rc.1` and `wasi:keyvalue@0.2.0-draft`; WASI 0.3 and `wasi:http` 0.3.x where the route sets `wasi_http_p3`)"
     )]
     ComponentImport {
         /// The file.
         file: PathBuf,
         /// The import, as the component names it.
         missing: String,
+        /// Why it does not link: "which swan does not provide to
+        /// components", or what of it does not match what swan provides
+        /// (a function swan's interface lacks, a wrong signature).
+        why: String,
     },
     /// A required export is missing or has the wrong type.
     #[error("{file}: {problem}")]
