@@ -194,8 +194,7 @@ mod tests {
         );
         std::fs::write(&cert_path, damaged).expect("cert");
         let err = load(&cert_path, &key_path)
-            .err()
-            .expect("refused")
+            .expect_err("refused")
             .to_string();
         assert!(err.contains("certificate 2 of the chain"), "{err}");
         std::fs::write(&cert_path, leaf.pem()).expect("cert");
@@ -205,9 +204,9 @@ mod tests {
             .status()
             .expect("mkfifo");
         assert!(made.success());
-        let err = load(&cert_path, &fifo).err().expect("refused").to_string();
+        let err = load(&cert_path, &fifo).expect_err("refused").to_string();
         assert!(err.contains("not a regular file"), "{err}");
-        let err = load(&fifo, &key_path).err().expect("refused").to_string();
+        let err = load(&fifo, &key_path).expect_err("refused").to_string();
         assert!(err.contains("not a regular file"), "{err}");
     }
 
