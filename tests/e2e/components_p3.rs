@@ -61,7 +61,10 @@ async fn a_p3_component_is_refused_unless_its_route_opts_in() -> Result<()> {
         refused(&server, "p.wasm", "wasi_http_p3 = true"),
         "not refused with the key named"
     );
-    assert_eq!(server.get("/p/ok").await?.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        server.get("/p/ok").await?.status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
     assert_eq!(server.get("/").await?.text(), "home");
     drop(server);
     // The same file at a route of its own, opted in there.
@@ -115,7 +118,7 @@ async fn turning_wasi_http_p3_off_by_reload_stops_the_p3_component() -> Result<(
         server
             .get("/p/ok")
             .await
-            .is_ok_and(|r| r.status == StatusCode::NOT_FOUND)
+            .is_ok_and(|r| r.status == StatusCode::INTERNAL_SERVER_ERROR)
     })
     .await;
     assert!(

@@ -210,6 +210,14 @@ fn modules_another_site_would_serve_are_configuration_errors() -> Result<()> {
     site.config(
         "[[site]]\nroot = \"www\"\n[[site.route]]\npath = \"/api\"\nservlet = \"www/api.wasm\"\n",
     )?;
+    // So are two sites sharing a root and both routing to the module
+    // (neither serves it), and a module in a dot-folder of the other root.
+    site.file("www/.modules/hidden.wasm", wat::parse_str("(module)")?)?;
+    site.config(
+        "[[site]]\nroot = \"www\"\ndefault = true\n[[site.route]]\npath = \"/api\"\nservlet = \"www/api.wasm\"\n\
+         [[site]]\nhosts = [\"b.example\"]\nroot = \"www\"\n[[site.route]]\npath = \"/api\"\nservlet = \"www/api.wasm\"\n\
+         [[site]]\nhosts = [\"c.example\"]\nroot = \"other\"\n[[site.route]]\npath = \"/h\"\nservlet = \"www/.modules/hidden.wasm\"\n",
+    )?;
     Ok(())
 }
 

@@ -139,7 +139,10 @@ async fn modules_that_loop_while_loading_are_refused_within_their_deadline() -> 
     let (site, server) = refused_within_their_deadline(&modules, "deadline").await?;
     for name in ["start.wasm", "init.wasm", "probe.wasm"] {
         let path = format!("/{}", name.trim_end_matches(".wasm"));
-        assert_eq!(server.get(&path).await?.status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            server.get(&path).await?.status,
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
     assert_eq!(server.get("/ok").await?.text(), "ok");
 
@@ -457,6 +460,9 @@ async fn a_file_that_is_not_binary_webassembly_is_refused_without_quoting_it() -
         refused.iter().all(|e| !e.contains("secret-marker")),
         "{refused:?}"
     );
-    assert_eq!(server.get("/text").await?.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        server.get("/text").await?.status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
     Ok(())
 }

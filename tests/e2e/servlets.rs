@@ -604,7 +604,7 @@ async fn modules_that_break_the_contract_are_refused_at_load_with_the_reason() -
         let name = file.trim_end_matches(".wasm");
         assert_eq!(
             server.get(&format!("/{name}")).await?.status,
-            StatusCode::NOT_FOUND
+            StatusCode::INTERNAL_SERVER_ERROR
         );
     }
     assert_eq!(server.get("/hello").await?.text(), "hello from wat");

@@ -442,22 +442,33 @@ fn type_error(
     expected: &str,
     found: &DeValue<'_>,
 ) {
-    // The key as written (`workers`, `hosts[2]`): what the hint shows.
+    // The key as written (`workers`, `hosts[2]`): what the hint shows;
+    // tables by their TOML names (`site.cache`, not `site[0].cache`).
     let key = path.rsplit('.').next().unwrap_or(path);
     let bare = key.split('[').next().unwrap_or(key);
+    let mut table = String::with_capacity(path.len());
+    let mut in_index = false;
+    for c in path.chars() {
+        match c {
+            '[' => in_index = true,
+            ']' => in_index = false,
+            c if !in_index => table.push(c),
+            _ => {}
+        }
+    }
     let hint = match expected {
         "a string" if key != bare => format!("put each entry of {bare} in double quotes"),
         "a string" => format!("put the value in double quotes: {key} = \"...\""),
         "a whole number" => format!("write the number without quotes: {key} = 4"),
         "true or false" => format!("write {key} = true or {key} = false, without quotes"),
         "a table" => {
-            format!("write it as a table: [{path}] on a line of its own, with its keys below")
+            format!("write it as a table: [{table}] on a line of its own, with its keys below")
         }
         "a string or an array of strings" => {
             format!("write {bare} = \"...\" or {bare} = [\"...\", \"...\"]")
         }
         other if other.starts_with("an array of tables") => {
-            format!("write each one as a [[{path}]] table, with its keys below")
+            format!("write each one as a [[{table}]] table, with its keys below")
         }
         _ => format!("see `{bare}` in docs/config.md"),
     };

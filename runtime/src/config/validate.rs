@@ -12,7 +12,7 @@ use super::error::Problem;
 use super::ops::AccessLogTarget;
 use super::reader::line_column;
 use super::store::{StoreConfig, StoreKind};
-use super::types::Config;
+use super::types::{Config, SiteConfig};
 
 /// Where a value came from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -268,11 +268,8 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
                 // served; another site would serve them.
                 let file = file.canonicalize().ok();
                 for (j, other) in config.sites.iter().enumerate() {
-                    let inside = other
-                        .root
-                        .canonicalize()
-                        .is_ok_and(|root| file.as_ref().is_some_and(|f| f.starts_with(&root)));
-                    if j != i && inside {
+                    let served = file.as_deref().is_some_and(|f| would_serve(other, f));
+                    if j != i && served {
                         finding(
                             At::RouteServlet(i, r),
                             format!(
@@ -397,6 +394,31 @@ fn access_log_unopenable(log: &Path) -> Option<String> {
             })
         }
     }
+}
+
+/// Whether `site` would serve `file` (resolved) as a static file: inside
+/// its root, and not one it keeps private (its servlets folder, its own
+/// route modules, a dotfile or dot-folder).
+fn would_serve(site: &SiteConfig, file: &Path) -> bool {
+    let Ok(root) = site.root.canonicalize() else {
+        return false;
+    };
+    let Ok(inside) = file.strip_prefix(&root) else {
+        return false;
+    };
+    let hidden = inside.components().enumerate().any(|(depth, c)| {
+        crate::request::path::is_hidden(&c.as_os_str().to_string_lossy(), depth == 0)
+    });
+    let in_servlets = site
+        .servlets
+        .as_ref()
+        .and_then(|d| d.canonicalize().ok())
+        .is_some_and(|d| file.starts_with(d));
+    let own_route = site
+        .routes
+        .iter()
+        .any(|r| r.servlet.canonicalize().is_ok_and(|f| f == file));
+    !hidden && !in_servlets && !own_route
 }
 
 /// An access log inside a site's root would be served to anyone, and each

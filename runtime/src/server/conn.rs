@@ -428,6 +428,9 @@ where
                 }
                 Verdict::Idle | Verdict::Drop | Verdict::Park => {
                     tracing::debug!(%remote, "connection dropped by timeout");
+                    // A response cut off (`send_timeout`, the drain's
+                    // end) ends with a reset, as on plain TCP.
+                    state.abort_if_in_flight();
                     return Err(Box::new(Dropped));
                 }
             },

@@ -236,6 +236,14 @@ impl ConnState {
             .min()
     }
 
+    /// A response in flight is being cut off (a watchdog drop): on HTTP/1
+    /// the connection ends as an abort (see `aborted`).
+    pub(crate) fn abort_if_in_flight(&self) {
+        if self.in_flight() && !self.h2.load(Ordering::Relaxed) {
+            self.aborted.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Whether an HTTP/1 response body failed part-way (see `aborted`).
     pub(crate) fn is_aborted(&self) -> bool {
         self.aborted.load(Ordering::Relaxed)

@@ -387,11 +387,20 @@ impl Writer {
                 .map_or(0, |i| i + 1);
             let part = (sent - whole) as u64;
             if part > 0 {
+                // Cut only while the file still ends with this writer's
+                // own bytes (another process appending to the same file,
+                // an upgrade's, would lose its line instead).
                 let cut = match &mut self.out {
-                    Output::File { file, .. } => file
-                        .metadata()
-                        .and_then(|m| file.set_len(m.len().saturating_sub(part)))
-                        .is_ok(),
+                    Output::File { file, .. } => {
+                        use std::io::Seek;
+                        let ours = file.stream_position();
+                        match (ours, file.metadata()) {
+                            (Ok(end), Ok(m)) if m.len() == end && end >= part => {
+                                file.set_len(end - part).is_ok()
+                            }
+                            _ => false,
+                        }
+                    }
                     Output::Stdout => false,
                 };
                 self.mid_line = !cut;
@@ -422,12 +431,12 @@ impl Writer {
     }
 
     fn reopen_file(&mut self) {
-        // A new file starts on a line of its own.
-        self.mid_line = false;
         if let Output::File { file, path } = &mut self.out {
             match open(path) {
                 Ok(f) => {
                     *file = f;
+                    // A new file starts on a line of its own.
+                    self.mid_line = false;
                     tracing::info!(path = %path.display(), "access log reopened");
                 }
                 Err(e) => {

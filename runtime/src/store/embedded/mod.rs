@@ -102,7 +102,8 @@ struct Write {
 /// deleted meanwhile. Bounded: the oldest are forgotten first.
 struct Cursors {
     next: u64,
-    last_key: std::collections::HashMap<u64, String>,
+    /// By id: the prefix listed, and the last key given.
+    last_key: std::collections::HashMap<u64, (String, String)>,
     order: std::collections::VecDeque<u64>,
 }
 
@@ -128,10 +129,10 @@ impl Default for Cursors {
 const MAX_CURSORS: usize = 10_000;
 
 impl Cursors {
-    fn remember(&mut self, key: String) -> u64 {
+    fn remember(&mut self, prefix: &str, key: String) -> u64 {
         self.next += 1;
         let id = self.next;
-        self.last_key.insert(id, key);
+        self.last_key.insert(id, (prefix.to_owned(), key));
         self.order.push_back(id);
         while self.order.len() > MAX_CURSORS {
             if let Some(old) = self.order.pop_front() {
@@ -249,14 +250,15 @@ impl Embedded {
         };
         // A cursor continues the listing it came from: taken to another
         // prefix it would skip keys, or end that listing early.
-        if after
-            .as_deref()
-            .is_some_and(|last| !last.starts_with(prefix))
-        {
-            return Err(other(
-                "the cursor belongs to a listing of another prefix: list again from the start",
-            ));
-        }
+        let after = match after {
+            Some((listed, _)) if listed != prefix => {
+                return Err(other(
+                    "the cursor belongs to a listing of another prefix: list again from the start",
+                ));
+            }
+            Some((_, last)) => Some(last),
+            None => None,
+        };
         let now = now_ms();
         let start = match after.as_deref() {
             Some(last) if last >= prefix => Bound::Excluded(last),
@@ -285,7 +287,7 @@ impl Embedded {
                 self.cursors
                     .lock()
                     .map_err(|_| other("cursor table poisoned"))?
-                    .remember(last.clone()),
+                    .remember(prefix, last.clone()),
             ),
             _ => None,
         };
