@@ -165,6 +165,24 @@ const BIG: &str = r#"(module
     (drop (call $write (i32.const 48) (i32.const 6)))
     i32.const 0))"#;
 
+/// A site with `/big` and `/has` on the default embedded store, and
+/// `extra` (such as an `[admin]` table) in its configuration.
+fn big_and_has_site(extra: &str) -> tempfile::TempDir {
+    let dir = site();
+    let servlets = dir.path().join("servlets");
+    std::fs::create_dir(&servlets).expect("servlets");
+    std::fs::write(servlets.join("big.wasm"), wat::parse_str(BIG).expect("big")).expect("big");
+    std::fs::write(servlets.join("has.wasm"), wat::parse_str(HAS).expect("has")).expect("has");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        format!(
+            "[server]\nlisten = [\"127.0.0.1:0\"]\n{extra}[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nstores = [\"default\"]\n"
+        ),
+    )
+    .expect("config");
+    dir
+}
+
 /// A disk that fails under the embedded store (here: the file may not
 /// grow, `RLIMIT_FSIZE`, as a full disk refuses it) fails the writes it
 /// hits as "unavailable", and `/readyz` says so; once the disk takes
@@ -175,16 +193,7 @@ const BIG: &str = r#"(module
 /// (they would be lost).
 #[test]
 fn a_failing_disk_makes_the_store_unavailable_until_it_works_again() {
-    let dir = site();
-    let servlets = dir.path().join("servlets");
-    std::fs::create_dir(&servlets).expect("servlets");
-    std::fs::write(servlets.join("big.wasm"), wat::parse_str(BIG).expect("big")).expect("big");
-    std::fs::write(servlets.join("has.wasm"), wat::parse_str(HAS).expect("has")).expect("has");
-    std::fs::write(
-        dir.path().join("swan.toml"),
-        "[server]\nlisten = [\"127.0.0.1:0\"]\n[admin]\nlisten = \"127.0.0.1:0\"\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nstores = [\"default\"]\n",
-    )
-    .expect("config");
+    let dir = big_and_has_site("[admin]\nlisten = \"127.0.0.1:0\"\n");
     // SIGXFSZ ignored (inherited through exec), so a write past the limit
     // fails with EFBIG instead of ending the process.
     let mut program = Command::new("sh");
@@ -276,16 +285,7 @@ fn a_failing_disk_makes_the_store_unavailable_until_it_works_again() {
 /// lost.
 #[test]
 fn a_full_disk_refuses_writes_but_not_reads() {
-    let dir = site();
-    let servlets = dir.path().join("servlets");
-    std::fs::create_dir(&servlets).expect("servlets");
-    std::fs::write(servlets.join("big.wasm"), wat::parse_str(BIG).expect("big")).expect("big");
-    std::fs::write(servlets.join("has.wasm"), wat::parse_str(HAS).expect("has")).expect("has");
-    std::fs::write(
-        dir.path().join("swan.toml"),
-        "[server]\nlisten = [\"127.0.0.1:0\"]\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nstores = [\"default\"]\n",
-    )
-    .expect("config");
+    let dir = big_and_has_site("");
     let data = dir.path().join("data");
     std::fs::create_dir(&data).expect("data");
     let mount = |args: &[&str]| {
