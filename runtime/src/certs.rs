@@ -84,32 +84,11 @@ pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey, CertError> {
 /// The most a certificate chain or key file may hold.
 const MAX_PEM_BYTES: u64 = 1 << 20;
 
-/// Reads a PEM file that must be a regular file: opened without blocking
-/// (a FIFO put at the path would hold the watcher, or `swan check`, for
-/// good), and at most [`MAX_PEM_BYTES`].
+/// A PEM file's bytes: a regular file (a FIFO put at the path would hold
+/// the watcher, or `swan check`, for good) of at most [`MAX_PEM_BYTES`].
 fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::File::options()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("not a regular file".to_owned());
-    }
-    if meta.len() > MAX_PEM_BYTES {
-        return Err(format!(
-            "larger than {} KiB: not a PEM certificate or key",
-            MAX_PEM_BYTES >> 10
-        ));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_PEM_BYTES)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
-    Ok(bytes)
+    crate::regular_file::read(path, crate::regular_file::Links::Follow, MAX_PEM_BYTES)
+        .map_err(|e| e.to_string())
 }
 
 fn pem_reason(e: &rustls::pki_types::pem::Error) -> String {

@@ -27,6 +27,7 @@ pub mod config;
 pub mod engine;
 mod file_stamp;
 pub mod observe;
+mod regular_file;
 pub mod reload;
 pub mod request;
 pub mod server;

@@ -178,59 +178,70 @@ fn reply(
     res
 }
 
-/// Readiness with its reason: `Ok(())` ready, `Err(why)` not.
-async fn readiness(app: &App) -> Result<(), String> {
+/// Readiness with its reason: `Ok(())` ready, `Err(why)` not. `known`:
+/// the stores' states when the caller has them (the status pages ping
+/// every store); else the stores readiness needs are pinged now.
+async fn readiness(app: &App, known: Option<&[StoreState]>) -> Result<(), String> {
     match app.observe.readiness() {
         Readiness::Starting => return Err("starting".to_owned()),
         Readiness::Draining => return Err("draining".to_owned()),
         Readiness::Ready => {}
     }
-    let needs_stores = app.admin.as_ref().is_none_or(|a| a.ready_needs_stores);
-    if let Some(loader) = app.loader.as_ref().filter(|_| needs_stores) {
-        // The stores some route lists now: one a reload left unlisted
-        // holds up no request.
-        let sites = app.sites.load();
-        let listed = |name: &str| {
-            sites
-                .iter()
-                .any(|s| s.config.stores_listed().any(|l| l == name))
-        };
-        for store in loader.stores().iter().filter(|s| listed(s.name())) {
-            match tokio::time::timeout(STORE_CHECK, store.ping()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(format!("store {}: {e}", store.name())),
-                Err(_) => {
-                    return Err(format!(
-                        "store {} unreachable: no answer in {} ms",
-                        store.name(),
-                        STORE_CHECK.as_millis()
-                    ));
-                }
-            }
-        }
+    if !app.admin.as_ref().is_none_or(|a| a.ready_needs_stores) {
+        return Ok(());
     }
-    Ok(())
+    // The stores some route lists now: one a reload left unlisted holds
+    // up no request.
+    let sites = app.sites.load();
+    let listed = |name: &str| {
+        sites
+            .iter()
+            .any(|s| s.config.stores_listed().any(|l| l == name))
+    };
+    let pinged;
+    let states = match known {
+        Some(states) => states,
+        None => {
+            pinged = store_states(app, &listed).await;
+            &pinged
+        }
+    };
+    match states
+        .iter()
+        .find(|(name, problem)| problem.is_some() && listed(name))
+    {
+        Some((name, Some(why))) => Err(format!("store {name}: {why}")),
+        _ => Ok(()),
+    }
 }
 
-/// Each opened store's state now, by name: `None` when it answers a ping
-/// within [`STORE_CHECK`], else why not. Every store, listed by a route or
-/// not, whatever `ready_needs_stores` says: the status page and
-/// `swan_store_up` show an outage that readiness is told to ignore.
-async fn store_states(app: &App) -> Vec<(String, Option<String>)> {
+/// A store's name, and `None` when it answers a ping within
+/// [`STORE_CHECK`], else why not.
+type StoreState = (String, Option<String>);
+
+/// The states of the opened stores `which` accepts, pinged at once. The
+/// status page and `swan_store_up` show every store, listed by a route or
+/// not, whatever `ready_needs_stores` says: an outage readiness is told to
+/// ignore still shows.
+async fn store_states(app: &App, which: impl Fn(&str) -> bool + Sync) -> Vec<StoreState> {
     let Some(loader) = &app.loader else {
         return Vec::new();
     };
-    let checks = loader.stores().iter().map(|store| async move {
-        let problem = match tokio::time::timeout(STORE_CHECK, store.ping()).await {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e.to_string()),
-            Err(_) => Some(format!(
-                "unreachable: no answer in {} ms",
-                STORE_CHECK.as_millis()
-            )),
-        };
-        (store.name().to_owned(), problem)
-    });
+    let checks = loader
+        .stores()
+        .iter()
+        .filter(|store| which(store.name()))
+        .map(|store| async move {
+            let problem = match tokio::time::timeout(STORE_CHECK, store.ping()).await {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some(format!(
+                    "unreachable: no answer in {} ms",
+                    STORE_CHECK.as_millis()
+                )),
+            };
+            (store.name().to_owned(), problem)
+        });
     futures_util::future::join_all(checks).await
 }
 
@@ -309,7 +320,7 @@ fn method_not_allowed() -> Response<Full<Bytes>> {
 async fn answer_page(app: &Arc<App>, page: Page) -> Response<Full<Bytes>> {
     match page {
         Page::Live => reply(StatusCode::OK, "text/plain", "ok\n"),
-        Page::Ready => match readiness(app).await {
+        Page::Ready => match readiness(app, None).await {
             Ok(()) => reply(StatusCode::OK, "text/plain", "ready\n"),
             Err(why) => reply(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -320,10 +331,11 @@ async fn answer_page(app: &Arc<App>, page: Page) -> Response<Full<Bytes>> {
         Page::Metrics => reply(
             StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics::render(app, store_states(app).await),
+            metrics::render(app, store_states(app, |_| true).await),
         ),
         Page::StatusJson => {
-            let (ready, stores) = tokio::join!(readiness_word(app), store_states(app));
+            let stores = store_states(app, |_| true).await;
+            let ready = readiness_word(app, &stores).await;
             reply(
                 StatusCode::OK,
                 "application/json",
@@ -331,7 +343,8 @@ async fn answer_page(app: &Arc<App>, page: Page) -> Response<Full<Bytes>> {
             )
         }
         Page::Status => {
-            let (ready, stores) = tokio::join!(readiness_word(app), store_states(app));
+            let stores = store_states(app, |_| true).await;
+            let ready = readiness_word(app, &stores).await;
             reply(
                 StatusCode::OK,
                 "text/html; charset=utf-8",
@@ -341,8 +354,8 @@ async fn answer_page(app: &Arc<App>, page: Page) -> Response<Full<Bytes>> {
     }
 }
 
-async fn readiness_word(app: &App) -> String {
-    match readiness(app).await {
+async fn readiness_word(app: &App, stores: &[StoreState]) -> String {
+    match readiness(app, Some(stores)).await {
         Ok(()) => "ready".to_owned(),
         Err(why) => why,
     }

@@ -406,9 +406,7 @@ fn would_serve(site: &SiteConfig, file: &Path) -> bool {
     let Ok(inside) = file.strip_prefix(&root) else {
         return false;
     };
-    let hidden = inside.components().enumerate().any(|(depth, c)| {
-        crate::request::path::is_hidden(&c.as_os_str().to_string_lossy(), depth == 0)
-    });
+    let hidden = crate::request::path::hidden_below(inside);
     let in_servlets = site
         .servlets
         .as_ref()

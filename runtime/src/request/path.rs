@@ -42,6 +42,33 @@ pub fn is_hidden(segment: &str, first: bool) -> bool {
     segment.starts_with('.') && !(first && segment == WELL_KNOWN)
 }
 
+/// Whether a file at `inside` (relative to a site's root) is hidden: one
+/// of its names is (see [`is_hidden`]). The folders of a Kubernetes
+/// volume's atomic writer, which every file of a ConfigMap mounted as a
+/// root links through, do not count (no request path can name them:
+/// they start with `.`), and `.well-known` just inside one is at the root
+/// of what it mounts.
+pub fn hidden_below(inside: &std::path::Path) -> bool {
+    let mut depth = 0;
+    inside.components().any(|c| {
+        let name = c.as_os_str().to_string_lossy();
+        if kubelet_folder(&name) {
+            return false;
+        }
+        depth += 1;
+        is_hidden(&name, depth == 1)
+    })
+}
+
+/// A folder of a Kubernetes volume's atomic writer: `..data`, or
+/// `..2026_12_02_06_00_00.123456789`.
+fn kubelet_folder(name: &str) -> bool {
+    name == "..data"
+        || name
+            .strip_prefix("..")
+            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+}
+
 /// Why a path was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PathError {

@@ -236,11 +236,18 @@ impl ConnState {
             .min()
     }
 
-    /// A response in flight is being cut off (a watchdog drop): on HTTP/1
-    /// the connection ends as an abort (see `aborted`).
-    pub(crate) fn abort_if_in_flight(&self) {
-        if self.in_flight() && !self.h2.load(Ordering::Relaxed) {
+    /// A response is cut off part-way: on HTTP/1 the connection ends as
+    /// an abort (see `aborted`); HTTP/2 resets the stream alone.
+    fn abort(&self) {
+        if !self.h2.load(Ordering::Relaxed) {
             self.aborted.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The watchdog drops the connection: a response in flight is cut off.
+    pub(crate) fn abort_if_in_flight(&self) {
+        if self.in_flight() {
+            self.abort();
         }
     }
 
@@ -427,12 +434,9 @@ impl Drop for Handling {
 pub(crate) struct Sending(Arc<ConnState>, Option<Arc<AtomicU64>>);
 
 impl Sending {
-    /// The response's body failed part-way. On HTTP/1 that ends the
-    /// connection as an abort; HTTP/2 resets the stream alone.
+    /// The response's body failed part-way (see `ConnState::abort`).
     pub(crate) fn failed(&self) {
-        if !self.0.h2.load(Ordering::Relaxed) {
-            self.0.aborted.store(true, Ordering::Relaxed);
-        }
+        self.0.abort();
     }
 
     /// HTTP/2: the response's data was taken by hyper (which takes it as

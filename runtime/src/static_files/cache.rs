@@ -25,6 +25,7 @@ use super::headers::{
 use super::progress::Progress;
 use crate::config::{CacheConfig, SiteConfig};
 use crate::file_stamp::FileStamp;
+use crate::regular_file::Links;
 
 /// Why a site's files could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -210,15 +211,6 @@ struct Loader<'a> {
     progress: Progress,
 }
 
-/// A folder of a Kubernetes volume's atomic writer: `..data`, or
-/// `..2026_12_02_06_00_00.123456789`.
-fn kubelet_folder(name: &str) -> bool {
-    name == "..data"
-        || name
-            .strip_prefix("..")
-            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
-}
-
 impl Loader<'_> {
     fn walk(&mut self, dir: &Path, prefix: &str) -> std::io::Result<()> {
         // A link to a folder that contains it would loop; one folder
@@ -284,26 +276,12 @@ impl Loader<'_> {
     }
 
     /// Whether `real` (a resolved path inside the root) is never served:
-    /// in the servlets folder or a route's module, or a dotfile or in a dot-folder (a link to
-    /// one is not a way to serve it). The folders of a Kubernetes volume's
-    /// atomic writer (`..data`, `..2026_12_02_06_00_00.1234`), which every
-    /// file of a ConfigMap mounted as a root links through, are not
-    /// dot-folders (no path can name them: a name starting with `.` is
-    /// hidden) and do not count; `.well-known` just inside one is at the
-    /// root of what it mounts.
+    /// in the servlets folder or a route's module, or hidden (a dotfile or
+    /// in a dot-folder: `hidden_below`); a link to one is not a way to
+    /// serve it.
     fn private(&self, real: &Path) -> bool {
-        let hidden = real.strip_prefix(&self.root).is_ok_and(|inside| {
-            let mut depth = 0;
-            inside.components().any(|c| {
-                let name = c.as_os_str().to_string_lossy();
-                if kubelet_folder(&name) {
-                    return false;
-                }
-                depth += 1;
-                crate::request::path::is_hidden(&name, depth == 1)
-            })
-        });
-        hidden
+        real.strip_prefix(&self.root)
+            .is_ok_and(crate::request::path::hidden_below)
             || self
                 .servlets
                 .as_deref()
@@ -387,7 +365,7 @@ impl Loader<'_> {
             self.add_streamed(key, Arc::new(file));
             return Ok(());
         }
-        let data = Bytes::from(super::open::read_regular(path)?);
+        let data = Bytes::from(crate::regular_file::read(path, Links::NoFollow, u64::MAX)?);
         let hash = content_hash(&data);
         let tag = format!("{hash:016x}");
         // The variants share what the budget has left after the file.
@@ -495,7 +473,7 @@ impl Loader<'_> {
         if !meta.is_file() || meta.len() > self.site.cache.max_file_size || meta.len() > room {
             return None;
         }
-        super::open::read_regular(&real).ok()
+        crate::regular_file::read(&real, Links::NoFollow, u64::MAX).ok()
     }
 
     fn representation(

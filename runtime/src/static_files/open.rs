@@ -33,23 +33,3 @@ pub(super) fn beneath(root: &Path, path: &Path) -> std::io::Result<std::fs::File
         Err(e) => Err(e.into()),
     }
 }
-
-/// The contents of `path` if it is a regular file: opened without waiting
-/// and without following a link, so a file replaced by a FIFO or a link
-/// since it was looked at cannot block the load or lead elsewhere.
-pub(super) fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOFOLLOW;
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags.bits() as i32)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut data = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    file.read_to_end(&mut data)?;
-    Ok(data)
-}
