@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{get, site, start, status_of, stop};
+use support::{get, sample, site, start, status_of, stop};
 
 const HELLO: &str = r#"(module
   (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
@@ -74,6 +74,17 @@ fn the_status_page_renders_in_a_real_browser() {
     // the files it shadows.
     assert_eq!(status_of(&get(&public, "/bad")), 500);
     assert_eq!(status_of(&get(&public, "/bad/")), 500);
+    // Counted as the refused route's 500s, not as the site's static files.
+    let metrics = get(&admin, "/metrics");
+    assert_eq!(
+        sample(
+            &metrics,
+            "swan_requests_total",
+            &["route=\"/bad/*\"", "class=\"5xx\""]
+        ),
+        Some(2.0),
+        "{metrics}"
+    );
     // A reload shows up too.
     std::fs::write(dir.path().join("www/new.html"), "new").expect("file");
     let deadline = Instant::now() + Duration::from_secs(10);

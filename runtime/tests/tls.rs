@@ -407,7 +407,8 @@ async fn raw_tls(
 
 /// HTTP/1.1 negotiated by ALPN holds `max_header_bytes` exactly, however
 /// the head arrives; a client without ALPN is still served either
-/// protocol, told apart by its first bytes.
+/// protocol, told apart by its first bytes; one that chose `h2` is held
+/// to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_http1_holds_the_head_limit_and_clients_without_alpn_are_served() {
     let dir = site();
@@ -476,6 +477,33 @@ async fn https_http1_holds_the_head_limit_and_clients_without_alpn_are_served() 
     )
     .await;
     assert!(negotiated.is_empty());
+    assert_eq!(reply.get(3), Some(&4), "a SETTINGS frame: {reply:?}");
+    // A client that chose `h2` by ALPN and then sends HTTP/1.1 gets no
+    // HTTP/1 answer: the connection is closed as an HTTP/2 protocol error.
+    let (negotiated, reply, closed) = raw_tls(
+        &tls,
+        &certs.ca_der,
+        &[b"h2"],
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+        usize::MAX,
+    )
+    .await;
+    assert_eq!(negotiated, b"h2");
+    assert!(closed, "the connection stayed open");
+    assert!(
+        !String::from_utf8_lossy(&reply).contains("HTTP/1"),
+        "an HTTP/1 answer after ALPN h2: {reply:?}"
+    );
+    // The same client speaking HTTP/2 is served.
+    let (negotiated, reply, _) = raw_tls(
+        &tls,
+        &certs.ca_der,
+        &[b"h2"],
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0",
+        usize::MAX,
+    )
+    .await;
+    assert_eq!(negotiated, b"h2");
     assert_eq!(reply.get(3), Some(&4), "a SETTINGS frame: {reply:?}");
     stop(s.child);
 }

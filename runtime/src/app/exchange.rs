@@ -131,7 +131,7 @@ impl Drop for Unanswered<'_> {
         counters.record(CLIENT_CLOSED, 0, elapsed);
         tracing::debug!(request_id = %self.id, "the client went away before the answer");
         if let (Some(head), Some(log)) = (self.head.take(), &self.app.observe.access_log) {
-            let route = route_name(counters, hit);
+            let route = route_name(&counters, hit);
             let entry = head.entry(
                 self.client,
                 CLIENT_CLOSED,
@@ -145,13 +145,8 @@ impl Drop for Unanswered<'_> {
     }
 }
 
-/// The route a log line names: a servlet route's (shared with its
-/// counters); a refused route's path; none for static files. Made only
-/// for a line that is written.
+/// The route a log line names: the route's own name, shared with its
+/// counters; none for static files.
 pub(super) fn route_name(counters: &RouteCounters, hit: Option<&Route>) -> Option<Arc<str>> {
-    let route = hit?;
-    Some(match route.target {
-        crate::servlet::Target::Servlet(_) => counters.route.clone(),
-        _ => Arc::from(route.path.to_string()),
-    })
+    hit.map(|_| counters.route.clone())
 }

@@ -6,6 +6,7 @@
 //! once; then the servlet route or the static files. Every failure on the
 //! way is a [`RequestError`], turned into a response here and only here.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
@@ -157,16 +158,27 @@ impl App {
             .get_or_init(|| self.observe.site(&site.config.name))
     }
 
-    /// The counters a request to `site` is recorded in: a servlet route's
-    /// own; the site's for static files and for a route whose servlet was
-    /// refused.
-    fn counters_for<'s>(&self, site: &'s Site, hit: Option<&'s Route>) -> &'s Arc<RouteCounters> {
+    /// The counters a request to `site` is recorded in: a route's own (a
+    /// servlet's, kept with it; one whose servlet was refused or failed to
+    /// build, looked up: such requests are 500s, not the hot path); the
+    /// site's for static files.
+    fn counters_for<'s>(
+        &self,
+        site: &'s Site,
+        hit: Option<&'s Route>,
+    ) -> Cow<'s, Arc<RouteCounters>> {
         match hit.map(|route| (route, &route.target)) {
-            Some((route, Target::Servlet(s))) => s.stats().requests.get_or_init(|| {
+            Some((route, Target::Servlet(s))) => {
+                Cow::Borrowed(s.stats().requests.get_or_init(|| {
+                    self.observe
+                        .route(&site.config.name, &route.path.to_string())
+                }))
+            }
+            Some((route, _)) => Cow::Owned(
                 self.observe
-                    .route(&site.config.name, &route.path.to_string())
-            }),
-            _ => &self.site_counters(site).requests,
+                    .route(&site.config.name, &route.path.to_string()),
+            ),
+            None => Cow::Borrowed(&self.site_counters(site).requests),
         }
     }
 
@@ -248,7 +260,7 @@ impl App {
         let elapsed = started.elapsed();
         let hit = routing.hit.get().copied();
         let counters = self.counters_for(site, hit);
-        if !hit.is_some_and(|r| matches!(r.target, Target::Servlet(_))) {
+        if hit.is_none() {
             let sc = self.site_counters(site);
             if res.body().is_streamed() {
                 sc.streamed.add(1);
@@ -264,12 +276,12 @@ impl App {
             span.in_scope(|| tracing::debug!("answered"));
         }
         let log = log_head.map(|head| {
-            let route = exchange::route_name(counters, hit);
+            let route = exchange::route_name(&counters, hit);
             head.entry(client, status, elapsed, site, route, id)
         });
         // A body of unknown size (a streaming servlet) counts its bytes
         // when it is sent.
-        let unknown_size = size.is_none().then(|| counters.clone());
+        let unknown_size = size.is_none().then(|| Arc::clone(&counters));
         let exchange = (unknown_size.is_some() || log.is_some()).then_some(Exchange {
             started,
             unknown_size,

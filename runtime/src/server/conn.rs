@@ -68,6 +68,9 @@ pub(crate) struct Builders {
     /// HTTP/1.1 (with pipelining) and HTTP/2 with prior knowledge on the
     /// same port, told apart by the first bytes.
     pub(crate) auto: auto::Builder<TokioExecutor>,
+    /// HTTP/2 alone, for TLS clients that chose `h2` by ALPN: HTTP/1 bytes
+    /// after that choice are a protocol error, not a request.
+    pub(crate) h2: auto::Builder<TokioExecutor>,
     /// HTTP/1.1 alone, for connections that are parked between requests.
     pub(crate) http1: http1::Builder,
 }
@@ -119,7 +122,8 @@ pub(crate) fn builders(config: &ServerConfig) -> Builders {
     // read (a 140 KB head passed a 128 KiB limit): this one is exact.
     // hyper-util's automatic builder has no such setting.
     http1.max_header_size(config.max_header_bytes);
-    Builders { auto, http1 }
+    let h2 = auto.clone().http2_only();
+    Builders { auto, h2, http1 }
 }
 
 /// The service answering one connection's requests: the app, with the
@@ -214,9 +218,9 @@ pub(crate) struct Tls<S: std::os::fd::AsFd> {
 /// Serves one accepted TLS connection until it closes, times out, or the
 /// server shuts down (then gracefully). A client that negotiated
 /// `http/1.1` by ALPN gets hyper's HTTP/1 connection alone, with its exact
-/// `max_header_size`; one that negotiated `h2`, or nothing (prior
-/// knowledge), gets the connection that tells the protocols apart by their
-/// first bytes. Plain TCP goes through `parking`.
+/// `max_header_size`; one that negotiated `h2` gets HTTP/2 alone; one that
+/// negotiated nothing (prior knowledge) gets the connection that tells the
+/// protocols apart by their first bytes. Plain TCP goes through `parking`.
 pub(crate) async fn serve<S>(
     conn: Tls<S>,
     peer: Peer,
@@ -240,6 +244,7 @@ pub(crate) async fn serve<S>(
             let gone = unsafe { ClientGone::new(stream.get_ref().0, state.clone()) };
             Protocol::Http1(&builders.http1, gone)
         }
+        Some(b"h2") => Protocol::Detect(&builders.h2),
         _ => Protocol::Detect(&builders.auto),
     };
     let io = WatchedIo::new(stream, state.clone()).writes_stamped_below();
@@ -260,7 +265,8 @@ pub(crate) async fn serve<S>(
 
 /// Which hyper connection serves a stream.
 pub(crate) enum Protocol<'a> {
-    /// HTTP/1.1 or HTTP/2, told apart by the first bytes.
+    /// HTTP/1.1 or HTTP/2, told apart by the first bytes (or HTTP/2
+    /// alone, with `Builders::h2`).
     Detect(&'a auto::Builder<TokioExecutor>),
     /// HTTP/1.1 alone, watched for a client that leaves while a servlet
     /// has its request.

@@ -162,23 +162,30 @@ impl Loader {
     /// module the baseline compiler cannot handle goes to Cranelift), and
     /// starts filling its pool.
     pub fn load_servlet(&self, info: ServletInfo, tier: Tier) -> Result<Arc<Servlet>, LoadError> {
-        self.load_counting(info, tier, Arc::default())
+        self.load_counting(info, tier, None)
     }
 
     /// `old`'s file compiled again with the optimising compiler: the same
     /// version, so it goes on counting in `old`'s stats (a swap must not
     /// reset its metrics, nor forget its recent errors).
+    /// Its compile time is counted when it is swapped in
+    /// ([`Servlet::went_live`]): one discarded must not replace the time
+    /// of the code serving.
     pub fn load_optimised(&self, old: &Servlet) -> Result<Arc<Servlet>, LoadError> {
-        self.load_counting(old.info().clone(), Tier::Optimized, old.stats.clone())
+        self.load_counting(old.info().clone(), Tier::Optimized, Some(old.stats.clone()))
     }
 
     fn load_counting(
         &self,
         info: ServletInfo,
         tier: Tier,
-        stats: Arc<super::stats::ServletStats>,
+        carried: Option<Arc<super::stats::ServletStats>>,
     ) -> Result<Arc<Servlet>, LoadError> {
         let started = std::time::Instant::now();
+        // Counting on in another version's stats: its compile time is set
+        // when it goes live.
+        let carries_on = carried.is_some();
+        let stats = carried.unwrap_or_default();
         let info = Arc::new(info);
         let before = FileStamp::of(&info.file);
         let bytes = read_module(&info.file)?;
@@ -194,7 +201,6 @@ impl Loader {
                     t,
                 )
             })?;
-            stats.set_compile_time(started.elapsed());
             let pool = InstancePool::new(&self.engine, guest, info.clone(), stats.clone());
             if info.limits.prewarm > 0 {
                 self.engine.spawn_background(pool.clone().fill());
@@ -211,19 +217,23 @@ impl Loader {
                     t,
                 )
             })?;
-            stats.set_compile_time(started.elapsed());
             let pool = InstancePool::new(&self.engine, guest, info.clone(), stats.clone());
             if info.limits.prewarm > 0 {
                 self.engine.spawn_background(pool.clone().fill());
             }
             (Pool::Native(pool), tier)
         };
+        let compiled_in = started.elapsed();
+        if !carries_on {
+            stats.set_compile_time(compiled_in);
+        }
         Ok(Arc::new(Servlet {
             info,
             tier,
             pool,
             stats,
             stamp,
+            compiled_in,
         }))
     }
 

@@ -59,6 +59,8 @@ pub struct Servlet {
     /// while they were): a recompile of a file since changed is not the
     /// same servlet.
     stamp: Option<crate::file_stamp::FileStamp>,
+    /// How long compiling and checking it took.
+    compiled_in: std::time::Duration,
 }
 
 /// A servlet's instances, by kind of guest.
@@ -119,6 +121,12 @@ impl Servlet {
     /// The compiler that made this servlet's code.
     pub fn tier(&self) -> Tier {
         self.tier
+    }
+
+    /// It now serves in place of the version whose stats it counts on (an
+    /// optimising recompile swapped in): its compile time is the one shown.
+    pub fn went_live(&self) {
+        self.stats.set_compile_time(self.compiled_in);
     }
 
     /// Whether `other` was compiled from the very bytes this was: the
