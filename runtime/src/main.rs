@@ -307,7 +307,28 @@ fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogOutput)
+        // A line that cannot be written is dropped: tracing's own report of
+        // it would go to the same standard error, and panic there.
+        .log_internal_errors(false)
         .with_target(false)
         .init();
+}
+
+/// Standard error for the log. A line it cannot take (its reader went
+/// away: `swan serve 2>&1 | tee` stopped, a log collector restarting) is
+/// dropped, never an error that tracing reports, panics on, and aborts
+/// the whole server with.
+struct LogOutput;
+
+impl std::io::Write for LogOutput {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line);
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::Write::flush(&mut std::io::stderr());
+        Ok(())
+    }
 }

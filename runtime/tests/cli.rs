@@ -7,8 +7,8 @@ use std::time::Duration;
 
 mod support;
 use support::{
-    banner_address, get, serve_in, site, slow_to_load_site, spawn_serving, stop, stop_with_code,
-    swan,
+    banner_address, get, serve_in, site, slow_to_load_site, spawn_serving, status_of, stop,
+    stop_with_code, swan,
 };
 
 #[test]
@@ -865,4 +865,30 @@ fn compiled_code_is_mapped_from_the_cache_folder_across_restarts() {
         err.contains("max_code_cache_bytes") && err.contains("swan.toml:2"),
         "{err}"
     );
+}
+
+/// A log reader that goes away (`swan serve 2>&1 | head`, a collector that
+/// restarts) costs the log lines, never the server: writes to the closed
+/// pipe fail with EPIPE and are dropped, where they used to abort the
+/// process.
+#[test]
+fn a_closed_log_pipe_does_not_stop_the_server() {
+    let dir = site();
+    let (mut child, addr) = serve_in(dir.path(), &["--listen", "127.0.0.1:0", "--root", "www"]);
+    // Nobody reads the log any more.
+    drop(child.stderr.take());
+    for _ in 0..3 {
+        // Each logs a line ("SIGHUP received: reading the configuration
+        // again"), and the reload another.
+        let sent = Command::new("kill")
+            .args(["-HUP", &child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(status_of(&get(&addr, "/missing")), 404);
+        assert!(child.try_wait().expect("wait").is_none(), "swan ended");
+    }
+    let (code, _) = stop_with_code(child);
+    assert_eq!(code, Some(0));
 }

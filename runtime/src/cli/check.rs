@@ -11,7 +11,11 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
     // Stores that cannot be opened are reported below, not fatal here: an
     // embedded store held by the running server is expected.
     let (stores, unopened) = if config.wants_servlets() {
-        swan::store::Stores::open_each(&config.stores, &config.stores_used())
+        swan::store::Stores::open_each(
+            &config.stores,
+            &config.stores_used(),
+            swan::store::Opening::Alone,
+        )
     } else {
         Default::default()
     };

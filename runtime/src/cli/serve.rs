@@ -64,7 +64,11 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         None => start_admin(None)?,
         Some(_) => None,
     };
-    let mut app = App::load(&config).context("cannot load the sites")?;
+    let opening = match inherited {
+        Some(_) => swan::store::Opening::Upgrade,
+        None => swan::store::Opening::Alone,
+    };
+    let mut app = App::load_as(&config, opening).context("cannot load the sites")?;
     app.start_access_log(&config.log)
         .with_context(|| format!("check `access` in [log] of {file}"))?;
     let per_addr = match config.server.runtime {

@@ -104,8 +104,15 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (embedded) or prepares (Redis: connected on first use) a store.
     pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
+        Store::open_as(config, Opening::Alone)
+    }
+
+    /// [`Store::open`], in a process started as `opening` says.
+    pub fn open_as(config: &StoreConfig, opening: Opening) -> Result<Store, StoreError> {
         let backend = match &config.kind {
-            StoreKind::Embedded { path } => Backend::Embedded(embedded::Embedded::open(path)?),
+            StoreKind::Embedded { path } => {
+                Backend::Embedded(embedded::Embedded::open(path, opening == Opening::Upgrade)?)
+            }
             StoreKind::Redis {
                 url,
                 connections,
@@ -205,7 +212,7 @@ impl Store {
         let result = async {
             self.check_key(key)?;
             match &self.backend {
-                Backend::Embedded(b) => b.get(key),
+                Backend::Embedded(b) => b.ready().await.and_then(|()| b.get(key)),
                 Backend::Redis(b) => b.within(b.get(key)).await,
             }
         }
@@ -265,7 +272,9 @@ impl Store {
             self.check_key(prefix)?;
             let limit = limit.clamp(1, self.config.limits.max_list_keys);
             match &self.backend {
-                Backend::Embedded(b) => b.list(prefix, cursor, limit),
+                Backend::Embedded(b) => {
+                    b.ready().await.and_then(|()| b.list(prefix, cursor, limit))
+                }
                 // Many round trips on a large keyspace: each has `timeout`.
                 Backend::Redis(b) => b.list(prefix, cursor, limit).await,
             }
@@ -330,6 +339,19 @@ impl Store {
     }
 }
 
+/// How the process opening its stores was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Opening {
+    /// On its own: an embedded store's file open in another process is an
+    /// error ([`StoreError::InUse`]).
+    #[default]
+    Alone,
+    /// By a SIGUSR2 upgrade: an embedded store's file the old process still
+    /// holds is taken over once it exits, operations waiting for it
+    /// meanwhile (at most 10 s, then they fail as unavailable).
+    Upgrade,
+}
+
 /// Every configured store, by name.
 #[derive(Debug, Default)]
 pub struct Stores {
@@ -349,8 +371,12 @@ pub struct OpenError {
 impl Stores {
     /// Opens the stores servlets may use; only those some route lists (an
     /// embedded file is created only if used).
-    pub fn open(configs: &[StoreConfig], used: &[String]) -> Result<Stores, OpenError> {
-        let (stores, mut failed) = Stores::open_each(configs, used);
+    pub fn open(
+        configs: &[StoreConfig],
+        used: &[String],
+        opening: Opening,
+    ) -> Result<Stores, OpenError> {
+        let (stores, mut failed) = Stores::open_each(configs, used, opening);
         match failed.pop() {
             Some(e) => Err(e),
             None => Ok(stores),
@@ -359,11 +385,15 @@ impl Stores {
 
     /// Opens what it can of the stores some route lists; the rest are
     /// returned as errors (for `swan check`, which reports them all).
-    pub fn open_each(configs: &[StoreConfig], used: &[String]) -> (Stores, Vec<OpenError>) {
+    pub fn open_each(
+        configs: &[StoreConfig],
+        used: &[String],
+        opening: Opening,
+    ) -> (Stores, Vec<OpenError>) {
         let mut by_name = HashMap::new();
         let mut failed = Vec::new();
         for config in configs.iter().filter(|c| used.contains(&c.name)) {
-            match Store::open(config) {
+            match Store::open_as(config, opening) {
                 Ok(store) => {
                     by_name.insert(config.name.clone(), Arc::new(store));
                 }

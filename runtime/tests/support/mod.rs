@@ -211,6 +211,15 @@ pub(crate) fn term(child: &std::process::Child) {
         .status();
 }
 
+/// Sends `signal` (`-USR2`, …) to a process this test started, by pid.
+pub(crate) fn signal(signal: &str, pid: u32) {
+    let sent = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success(), "kill {signal} {pid}");
+}
+
 /// A reply read by [`exchange`].
 pub(crate) struct Reply {
     pub(crate) status: u16,

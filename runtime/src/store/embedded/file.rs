@@ -57,14 +57,33 @@ pub(super) struct Trouble {
 }
 
 impl Shared {
-    pub(super) fn new(path: PathBuf, db: Database) -> Shared {
+    /// `db`: `None` while another process holds the file (`handoff`).
+    pub(super) fn new(path: PathBuf, db: Option<Database>) -> Shared {
         Shared {
             file: Mutex::new(crate::file_stamp::identity(&path)),
             path,
-            db: ArcSwapOption::from_pointee(db),
+            db: ArcSwapOption::new(db.map(Arc::new)),
             trouble: Mutex::new(None),
             reopen: Mutex::new((false, None)),
         }
+    }
+
+    /// Puts in place the database opened once the process this one
+    /// replaced let go of its file.
+    pub(super) fn install(&self, db: Database) {
+        if let Ok(mut file) = self.file.lock() {
+            *file = crate::file_stamp::identity(&self.path);
+        }
+        self.db.store(Some(Arc::new(db)));
+    }
+
+    /// The file could not be opened when it was let go: the store is in
+    /// trouble, and the writer tries it again (at most every second).
+    pub(super) fn cannot_open(&self, e: &StoreError) {
+        if let Ok(mut reopen) = self.reopen.lock() {
+            reopen.0 = true;
+        }
+        self.in_trouble(e.to_string(), true);
     }
 
     /// Whether the store fails now.

@@ -13,8 +13,12 @@
 //! works again: redb refuses every later transaction on a database that
 //! saw an I/O error. A file deleted while open fails writes the same way
 //! (they would go to a file nobody can open again) until it is back.
+//!
+//! In a SIGUSR2 upgrade the new process takes the file over from the old
+//! one as soon as that one exits (`handoff`).
 
 mod file;
+mod handoff;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -27,6 +31,7 @@ use tokio::sync::oneshot;
 
 use super::{KeyPage, StoreError, parse_number};
 use file::{RETRY_OPEN, Shared, open_file, other};
+use handoff::Handoff;
 
 /// key → expiry (ms since the epoch, 0: none, 8 bytes big-endian) + value.
 const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
@@ -44,6 +49,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 pub(super) struct Embedded {
     shared: Arc<Shared>,
+    /// Set while the file is taken over from the process this one
+    /// replaces.
+    handoff: Option<Arc<Handoff>>,
     cursors: std::sync::Mutex<Cursors>,
     /// `None` once dropping.
     writes: Option<mpsc::Sender<Write>>,
@@ -164,12 +172,25 @@ fn decode(stored: &[u8], now: u64) -> Option<(u64, &[u8])> {
 }
 
 impl Embedded {
-    pub(super) fn open(path: &Path) -> Result<Embedded, StoreError> {
+    /// Opens the store's file; with `take_over` (an upgrade), a file the
+    /// process this one replaces still holds is taken over once it lets
+    /// go, operations waiting for it meanwhile.
+    pub(super) fn open(path: &Path, take_over: bool) -> Result<Embedded, StoreError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| other(format!("{}: {e}", dir.display())))?;
         }
-        let db = open_file(path)?.0;
+        let db = match open_file(path) {
+            Ok(db) => Some(db.0),
+            Err(StoreError::InUse(_)) if take_over => None,
+            Err(e) => return Err(e),
+        };
+        let held = db.is_none();
         let shared = Arc::new(Shared::new(path.to_owned(), db));
+        let handoff = if held {
+            Some(Handoff::start(&shared)?)
+        } else {
+            None
+        };
         let (writes, rx) = mpsc::channel();
         let writer_shared = shared.clone();
         let writer = std::thread::Builder::new()
@@ -178,13 +199,24 @@ impl Embedded {
             .map_err(other)?;
         Ok(Embedded {
             shared,
+            handoff,
             cursors: std::sync::Mutex::default(),
             writes: Some(writes),
             writer: Some(writer),
         })
     }
 
+    /// Waits, in an upgrade, for the file the process this one replaces
+    /// still holds (see `handoff`); at once otherwise.
+    pub(super) async fn ready(&self) -> Result<(), StoreError> {
+        match &self.handoff {
+            Some(h) => h.wait(&self.shared.path).await,
+            None => Ok(()),
+        }
+    }
+
     async fn write(&self, op: Op) -> Result<Done, StoreError> {
+        self.ready().await?;
         let (reply, done) = oneshot::channel();
         self.writes
             .as_ref()
@@ -197,6 +229,9 @@ impl Embedded {
 
     /// Whether the store works (its file is there, its disk did not fail).
     pub(super) fn health(&self) -> Result<(), StoreError> {
+        if let Some(h) = &self.handoff {
+            h.health(&self.shared.path)?;
+        }
         self.shared.health()
     }
 
