@@ -578,6 +578,46 @@ async fn redis_going_down_gives_503_and_coming_back_needs_no_restart() -> Result
     Ok(())
 }
 
+/// A store's health is every connection's: with one of its two connections
+/// refused (Redis at `maxclients`), so that calls on some keys fail, every
+/// ping says unavailable and names the connection, instead of a probe of
+/// one connection in turn answering well and not by turns (a `/readyz`
+/// that flapped).
+#[tokio::test]
+async fn one_broken_redis_connection_fails_every_ping() -> Result<()> {
+    let server = RedisServer::start()?;
+    let store = redis(&server, "half")?;
+    store.ping().await?;
+    let killed = server.command(None, &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"])?;
+    assert!(killed.starts_with(':'), "{killed}");
+    assert_eq!(
+        server.command(None, &["CONFIG", "SET", "maxclients", "1"])?,
+        "+OK"
+    );
+    // The first pings reconnect both; one connection gets the only place.
+    for _ in 0..2 {
+        let _ = store.ping().await;
+    }
+    for round in 0..6 {
+        match store.ping().await {
+            Err(swan::store::StoreError::Unavailable(why)) => {
+                assert!(why.contains("of 2"), "round {round}: {why}");
+            }
+            other => panic!("round {round}: {other:?}"),
+        }
+    }
+    // Calls on keys split: some take the working connection, some not.
+    let mut results = (0, 0);
+    for n in 0..32 {
+        match store.get(&format!("k{n}")).await {
+            Ok(_) => results.0 += 1,
+            Err(_) => results.1 += 1,
+        }
+    }
+    assert!(results.0 > 0 && results.1 > 0, "{results:?}");
+    Ok(())
+}
+
 /// Redis closing connections left idle (its `timeout`, as a proxy or a
 /// NAT also may) costs no call: an idle connection is checked before use.
 /// A handshake Redis refuses (a password it starts to require, so SELECT

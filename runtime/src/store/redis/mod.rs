@@ -241,7 +241,14 @@ impl RedisStore {
         &self,
         key: Option<&str>,
     ) -> Result<(&Connection, ConnectionManager), StoreError> {
-        let slot = &self.managers[self.slot_for(key)];
+        self.connection_at(&self.managers[self.slot_for(key)]).await
+    }
+
+    /// `slot`'s connection, as [`RedisStore::connection`] gives it.
+    async fn connection_at<'s>(
+        &self,
+        slot: &'s Connection,
+    ) -> Result<(&'s Connection, ConnectionManager), StoreError> {
         let mut con = self.manager(slot).await?;
         let now = crate::clock::now_ms();
         let last = slot.used_ms.swap(now, Ordering::Relaxed);
@@ -539,13 +546,34 @@ impl RedisStore {
         Ok(swapped == 1)
     }
 
+    /// PINGs every connection at once: the store is well only if each
+    /// answers (calls on a key always take one connection, so one broken
+    /// connection fails a share of the calls; a probe of one connection in
+    /// turn would flap between ready and not).
     pub(super) async fn ping(&self) -> Result<(), StoreError> {
-        let (slot, mut con) = self.connection(None).await?;
-        redis::cmd("PING")
-            .query_async::<String>(&mut con)
+        let pings = self.managers.iter().map(|slot| async move {
+            let (slot, mut con) = self.connection_at(slot).await?;
+            redis::cmd("PING")
+                .query_async::<String>(&mut con)
+                .await
+                .map(|_| ())
+                .map_err(|e| slot.failed(e))
+        });
+        let failed = futures_util::future::join_all(pings)
             .await
-            .map(|_| ())
-            .map_err(|e| slot.failed(e))
+            .into_iter()
+            .enumerate()
+            .find_map(|(i, r)| r.err().map(|e| (i, e)));
+        match failed {
+            None => Ok(()),
+            Some((_, e)) if self.managers.len() == 1 => Err(e),
+            Some((i, StoreError::Unavailable(why))) => Err(StoreError::Unavailable(format!(
+                "connection {} of {}: {why}",
+                i + 1,
+                self.managers.len()
+            ))),
+            Some((_, e)) => Err(e),
+        }
     }
 }
 
