@@ -378,6 +378,70 @@ async fn a_module_written_in_place_goes_live_when_its_writer_closes_it() -> Resu
     Ok(())
 }
 
+/// A configuration mounted as Kubernetes mounts a ConfigMap: `swan.toml` a
+/// link to `..data/swan.toml`, `..data` a link to the version folder, an
+/// update a new folder and `..data` renamed over. The swap goes live, and
+/// so do later swaps and edits of the new version; `ln -sfn` of the file
+/// link itself too. Before, only the first target's folder was watched.
+#[tokio::test]
+async fn a_configuration_swapped_as_a_configmap_is_reloaded() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    site.file("www/a.txt", "a")?;
+    let conf = site.path().join("conf");
+    let version = |n: u32| -> Result<()> {
+        site.file(
+            &format!("conf/..v{n}/swan.toml"),
+            format!("[[site]]\nroot = \"../www\"\ncache_control = \"v{n}\"\n"),
+        )
+        .map(drop)
+    };
+    let swap_data = |n: u32| -> Result<()> {
+        std::os::unix::fs::symlink(format!("..v{n}"), conf.join("..data_tmp"))?;
+        std::fs::rename(conf.join("..data_tmp"), conf.join("..data"))?;
+        Ok(())
+    };
+    version(1)?;
+    std::os::unix::fs::symlink("..v1", conf.join("..data"))?;
+    std::os::unix::fs::symlink("..data/swan.toml", conf.join("swan.toml"))?;
+    let config = swan::Config::load(Some(&conf.join("swan.toml")), &swan::Overrides::default())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let server = TestServer::start_watching(config).await?;
+    let serves = |want: &'static str| {
+        let server = &server;
+        move || async move {
+            server
+                .get("/a.txt")
+                .await
+                .is_ok_and(|r| r.header("cache-control") == want)
+        }
+    };
+    assert!(serves("v1")().await);
+    for n in [2, 3] {
+        version(n)?;
+        swap_data(n)?;
+        let want = if n == 2 { "v2" } else { "v3" };
+        assert!(eventually(WAIT, serves(want)).await, "swap to ..v{n}");
+    }
+    // An edit of the version now named is seen (once the watches move to
+    // it, just after the new configuration serves).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    site.file(
+        "conf/..v3/swan.toml",
+        "[[site]]\nroot = \"../www\"\ncache_control = \"v3 edited\"\n",
+    )?;
+    assert!(eventually(WAIT, serves("v3 edited")).await);
+    // The file link itself flipped (`ln -sfn other.toml swan.toml`).
+    site.file(
+        "conf/other.toml",
+        "[[site]]\nroot = \"../www\"\ncache_control = \"other\"\n",
+    )?;
+    std::os::unix::fs::symlink("other.toml", conf.join("swan.toml.new"))?;
+    std::fs::rename(conf.join("swan.toml.new"), conf.join("swan.toml"))?;
+    assert!(eventually(WAIT, serves("other")).await);
+    Ok(())
+}
+
 #[tokio::test]
 async fn configuration_changes_apply_and_invalid_ones_are_refused() -> Result<()> {
     let site = TestSite::new()?;

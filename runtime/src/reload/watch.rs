@@ -49,6 +49,12 @@ pub(super) enum Msg {
 pub(super) struct Watched {
     pub(super) sites: Vec<(Option<PathBuf>, Option<PathBuf>)>,
     pub(super) config: Option<PathBuf>,
+    /// The configuration file as named and every link on the way to it
+    /// (as their folders' watches name them): one flipped is a change.
+    config_along: Vec<PathBuf>,
+    /// The configuration file as named, and the file it named when the
+    /// watches were made: one that names another now is watched anew.
+    config_file: Option<(PathBuf, Option<PathBuf>)>,
     /// Each `[[site.route]]`'s `.wasm` (its site's index, and its path as
     /// its folder's watch names it): replacing one reloads that site's
     /// servlets, as a file in a servlets folder does.
@@ -90,8 +96,14 @@ fn in_parent(path: &Path) -> Option<PathBuf> {
 /// [`in_parent`] for `path` and for every link on the way to it: flipping
 /// one (`ln -sfn releases/r2 current` for a root `current/www`) replaces
 /// what `path` names, as replacing `path` itself does. A `path` that is a
-/// link to a file adds the file it names, which a deploy may rewrite.
+/// link is followed the same way, link by link (Kubernetes mounts a
+/// ConfigMap's `swan.toml` as a link to `..data/swan.toml`, and swaps the
+/// `..data` link), and adds the file it names, which a deploy may rewrite.
 fn along(path: &Path) -> Vec<PathBuf> {
+    along_links(path, 8)
+}
+
+fn along_links(path: &Path, hops: u8) -> Vec<PathBuf> {
     let Ok(path) = std::path::absolute(path) else {
         return Vec::new();
     };
@@ -108,12 +120,19 @@ fn along(path: &Path) -> Vec<PathBuf> {
         }
     }
     found.extend(in_parent(&path));
-    if is_link(&path)
-        && let Ok(target) = path.canonicalize()
-        && target.is_file()
-    {
-        found.push(target);
+    if is_link(&path) {
+        if let (Some(hops), Ok(link), Some(parent)) =
+            (hops.checked_sub(1), path.read_link(), path.parent())
+        {
+            found.extend(along_links(&parent.join(link), hops));
+        }
+        if let Ok(target) = path.canonicalize()
+            && target.is_file()
+        {
+            found.push(target);
+        }
     }
+    found.dedup();
     found
 }
 
@@ -217,9 +236,12 @@ impl Watched {
             .map(Path::to_path_buf)
             .into_iter()
             .collect();
+        // The configuration as named, and every link on the way to it.
+        let config_along = config_file.map(along).unwrap_or_default();
         let held = folders
             .iter()
-            .flat_map(|f| f.in_parents.iter().map(PathBuf::as_path));
+            .flat_map(|f| f.in_parents.iter().map(PathBuf::as_path))
+            .chain(config_along.iter().map(PathBuf::as_path));
         for path in held.chain(routes.iter().map(|(_, file)| file.as_path())) {
             if let Some(parent) = path.parent()
                 && !parents.iter().any(|p| p == parent)
@@ -241,7 +263,9 @@ impl Watched {
         }
         Ok(Watched {
             sites,
+            config_file: config_file.map(|f| (f.to_path_buf(), config.clone())),
             config,
+            config_along,
             routes,
             folders,
             route_files,
@@ -263,6 +287,7 @@ impl Watched {
             || self
                 .route_files
                 .iter()
+                .chain(&self.config_file)
                 .any(|(file, named)| file.canonicalize().ok() != *named)
     }
 }
@@ -312,7 +337,9 @@ impl Batch {
             return;
         }
         for path in &event.paths {
-            if watched.config.as_deref() == Some(path.as_path()) {
+            if watched.config.as_deref() == Some(path.as_path())
+                || watched.config_along.contains(path)
+            {
                 self.config = true;
             }
             if watched
