@@ -1528,8 +1528,14 @@ fn removed_routes_leave_the_metrics() {
              [[site]]\nname = \"main\"\nroot = \"www\"\nservlets = \"servlets\"\n{route}"
         )
     };
-    let routed = "[[site.route]]\npath = \"/api-v1/*\"\nservlet = \"servlets/who.wasm\"\n";
+    let routed = "[[site.route]]\npath = \"/api-v1/*\"\nservlet = \"routed/who.wasm\"\n";
     let dir = with_servlets(&config(routed));
+    std::fs::create_dir(dir.path().join("routed")).expect("routed");
+    std::fs::copy(
+        dir.path().join("servlets/who.wasm"),
+        dir.path().join("routed/who.wasm"),
+    )
+    .expect("routed module");
     let s = start(dir.path(), &[], true);
     let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
     std::fs::copy(

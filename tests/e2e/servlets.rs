@@ -208,8 +208,16 @@ async fn explicit_routes_override_the_folder_and_carry_settings() -> Result<()> 
         server.get("/exact/more").await?.status,
         StatusCode::NOT_FOUND
     );
-    // The folder route of the same file has no settings.
-    assert_eq!(server.get("/echo").await?.text(), "GET|/echo|||||");
+    // A module a route names is served at that route only: never again
+    // at its folder path, with the folder's limits and none of the
+    // route's settings or stores.
+    for path in ["/echo", "/echo/x"] {
+        assert_eq!(
+            server.get(path).await?.status,
+            StatusCode::NOT_FOUND,
+            "{path}"
+        );
+    }
     Ok(())
 }
 

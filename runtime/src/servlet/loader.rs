@@ -242,7 +242,8 @@ impl Loader {
     /// and one whose new version fails keeps its previous version.
     pub fn load_site(&self, site: &SiteConfig, previous: Option<&SiteServlets>) -> SiteServlets {
         let listing = match &site.servlets {
-            Some(dir) => plan::list(dir, previous.map(|p| &p.builds), self.builds.as_ref()),
+            Some(dir) => plan::list(dir, previous.map(|p| &p.builds), self.builds.as_ref())
+                .without_route_modules(&site.routes),
             None => Listing::default(),
         };
         let builds = listing

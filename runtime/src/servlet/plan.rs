@@ -96,6 +96,34 @@ pub(crate) fn list(
     Listing { wasm, sources }
 }
 
+impl Listing {
+    /// Leaves out the `NAME.wasm` files a `[[site.route]]` names: the
+    /// route serves that module, at its paths, with its limits and stores;
+    /// the folder convention would serve it again at `/NAME/*` with the
+    /// folder's (a login servlet given one store at `/login` reachable at
+    /// `/login/x` with another).
+    pub(crate) fn without_route_modules(
+        mut self,
+        routes: &[crate::config::RouteConfig],
+    ) -> Listing {
+        if routes.is_empty() {
+            return self;
+        }
+        let named: Vec<PathBuf> = routes
+            .iter()
+            .filter_map(|r| r.servlet.canonicalize().ok())
+            .collect();
+        self.wasm.retain(|(name, file)| {
+            let routed = file.canonicalize().is_ok_and(|f| named.contains(&f));
+            if routed {
+                tracing::debug!(servlet = %name, "served at its [[site.route]] only, not also at /{name}/*");
+            }
+            !routed
+        });
+        self
+    }
+}
+
 /// `NAME.wasm` files of a folder.
 fn wasm_files(dir: &Path) -> Vec<(String, PathBuf)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
