@@ -169,6 +169,12 @@ pub(crate) fn service(
                 if handling.draining() || unframed {
                     res.headers_mut()
                         .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                    // To an HTTP/1.0 client hyper adds `keep-alive` to an
+                    // HTTP/1.1 response's `close` (`close, keep-alive` on
+                    // the wire); one marked 1.0 it leaves alone.
+                    if http10 {
+                        *res.version_mut() = http::Version::HTTP_10;
+                    }
                 }
                 // Only a body hyper will send right after its head: never
                 // for 1xx, 204 or 304, whose bodies hyper drops (the stream
