@@ -439,6 +439,33 @@ fn signals_sent_while_loading_are_handled_once_serving() {
     assert!(!log.contains("take effect after a restart"), "{log}");
 }
 
+/// SIGTERM or SIGINT while the sites still load ends swan at once, exit 0
+/// (nothing was served yet), saying so in the log. Before, the signal's
+/// default action ended it: status 143, nothing logged.
+#[test]
+fn a_stop_while_loading_ends_at_once_with_exit_0() {
+    let dir = slow_to_load_site();
+    for signal in ["-TERM", "-INT"] {
+        let mut child = serve_piped(dir.path());
+        std::thread::sleep(Duration::from_millis(400));
+        let sent = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+        let mut banner = String::new();
+        let _ = BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut banner);
+        assert!(banner.is_empty(), "{signal}: served first: {banner}");
+        let mut log = String::new();
+        if let Some(mut err) = child.stderr.take() {
+            let _ = err.read_to_string(&mut log);
+        }
+        let status = child.wait().expect("wait");
+        assert_eq!(status.code(), Some(0), "{signal}: {status}: {log}");
+        assert!(log.contains("received while loading"), "{signal}: {log}");
+    }
+}
+
 /// The admin listener answers while the sites load (minutes, for source
 /// builds or large compiles): `/livez` 200, `/readyz` 503 "starting", so
 /// a liveness probe does not restart a process that is only loading.

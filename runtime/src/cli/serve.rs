@@ -31,12 +31,13 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
     // Before loading, which can take minutes (source builds): a SIGHUP,
     // SIGUSR1 or SIGUSR2 sent meanwhile (a log rotation, a reload) must not
     // meet the default action, which ends the process. They take effect
-    // once serving. SIGTERM and SIGINT keep theirs until the banner: a
-    // server stopped while it loads ends at once.
+    // once serving. SIGTERM and SIGINT end a server that is still loading
+    // at once (nothing is served yet), with exit 0 as after a drain.
     let mut signals = {
         let _context = runtime.enter();
         Signals::register()
     };
+    let loading_stop = stop_while_loading();
     if let Some(warning) = swan::server::listener::descriptor_warning(config.server.max_connections)
     {
         tracing::warn!("{warning}");
@@ -128,6 +129,8 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         let _context = runtime.enter();
         Stop::register()
     };
+    // From here a stop drains.
+    drop(loading_stop);
     // Watching before the banner: a change made once the banner is out
     // (a deploy script waiting for it) is never missed.
     let reloader = Reloader::start(
@@ -369,6 +372,48 @@ impl Stop {
             () = on(&mut self.int) => tracing::info!("SIGINT received"),
         }
     }
+}
+
+/// Until it is dropped, SIGTERM or SIGINT ends the process at once, exit 0,
+/// with a line in the log (the signal's default action would end it by
+/// the signal, status 143, and say nothing). On a thread and runtime of
+/// its own: loading keeps the main thread busy. `None` if that thread
+/// could not start (the default action then stays).
+fn stop_while_loading() -> Option<tokio::sync::oneshot::Sender<()>> {
+    let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
+    let (listening, ready) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("swan-loading".to_owned())
+        .spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                let _ = listening.send(());
+                return;
+            };
+            runtime.block_on(async move {
+                let signals = (
+                    signal(SignalKind::terminate()),
+                    signal(SignalKind::interrupt()),
+                );
+                let _ = listening.send(());
+                let (Ok(mut term), Ok(mut int)) = signals else {
+                    return;
+                };
+                let name = tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                    _ = cancelled => return,
+                };
+                tracing::info!("{name} received while loading: stopped (nothing was served yet)");
+                std::process::exit(0);
+            });
+        })
+        .ok()?;
+    // Listening before loading starts.
+    ready.recv().ok()?;
+    Some(cancel)
 }
 
 fn print_banner(config: &Config, sites: &Sites, bound: &[std::net::SocketAddr], started: Instant) {
