@@ -66,6 +66,8 @@ pub(crate) struct SitePositions {
     pub(crate) servlets: Origin,
     /// One per route read, in order.
     pub(crate) routes: Vec<RoutePositions>,
+    /// Each name of `[site.servlet]`'s `stores`, in order.
+    pub(crate) stores: Vec<Range<usize>>,
 }
 
 /// Where a route's values came from.
@@ -74,6 +76,8 @@ pub(crate) struct RoutePositions {
     /// The route's index among its site's `[[site.route]]` tables.
     pub(crate) index: usize,
     pub(crate) servlet: Origin,
+    /// Each name of its `stores`, in order.
+    pub(crate) stores: Vec<Range<usize>>,
 }
 
 /// The value a finding is about.
@@ -91,9 +95,9 @@ pub(crate) enum At {
     SiteServlets(usize),
     /// The servlet file of route `r` of site `n`.
     RouteServlet(usize, usize),
-    /// The `stores` of site `n`'s servlets (route `r`, or the site's
-    /// `[site.servlet]` for `None`).
-    Stores(usize, Option<usize>),
+    /// Name `k` of the `stores` of site `n`'s servlets (route `r`, or the
+    /// site's `[site.servlet]` for `None`).
+    Stores(usize, Option<usize>, usize),
     /// Store `n` (its name).
     Store(usize),
     /// `[server.tls]`: its certificate and key.
@@ -239,18 +243,21 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             }
         }
         let known = |name: &String| config.stores.iter().any(|s| &s.name == name);
-        for name in site.servlet_limits.stores.iter().filter(|n| !known(n)) {
+        for (k, name) in site.servlet_limits.stores.iter().enumerate() {
+            if known(name) {
+                continue;
+            }
             finding(
-                At::Stores(i, None),
+                At::Stores(i, None, k),
                 format!("no store is named {name:?}"),
                 "declare it with a [[store]] table, or list one of the configured stores",
             );
         }
         for (r, route) in site.routes.iter().enumerate() {
-            for name in route.limits.stores.iter().filter(|n| !known(n)) {
-                if !site.servlet_limits.stores.contains(name) {
+            for (k, name) in route.limits.stores.iter().enumerate() {
+                if !known(name) && !site.servlet_limits.stores.contains(name) {
                     finding(
-                        At::Stores(i, Some(r)),
+                        At::Stores(i, Some(r), k),
                         format!("no store is named {name:?}"),
                         "declare it with a [[store]] table, or list one of the configured stores",
                     );
@@ -479,7 +486,7 @@ pub(crate) fn locate(
                 | At::SiteRoot(i)
                 | At::SiteServlets(i)
                 | At::RouteServlet(i, _)
-                | At::Stores(i, _) => positions.sites.get(i),
+                | At::Stores(i, ..) => positions.sites.get(i),
                 At::Store(_) | At::Tls | At::AccessLog => None,
             };
             let index = |i: usize| site.map_or(i, |s| s.index);
@@ -515,19 +522,22 @@ pub(crate) fn locate(
                         route.map(|p| p.servlet.clone()),
                     )
                 }
-                At::Stores(i, None) => (
-                    format!("site[{}].servlet.stores", index(i)),
-                    site.map(|s| Origin::File(s.table.clone())),
+                At::Stores(i, None, k) => (
+                    format!("site[{}].servlet.stores[{k}]", index(i)),
+                    site.map(|s| Origin::File(s.stores.get(k).unwrap_or(&s.table).clone())),
                 ),
-                At::Stores(i, Some(r)) => {
+                At::Stores(i, Some(r), k) => {
                     let route = site.and_then(|s| s.routes.get(r));
                     (
                         format!(
-                            "site[{}].route[{}].stores",
+                            "site[{}].route[{}].stores[{k}]",
                             index(i),
                             route.map_or(r, |p| p.index)
                         ),
-                        site.map(|s| Origin::File(s.table.clone())),
+                        route
+                            .and_then(|p| p.stores.get(k))
+                            .or(site.map(|s| &s.table))
+                            .map(|span| Origin::File(span.clone())),
                     )
                 }
                 At::Tls => (

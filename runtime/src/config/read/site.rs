@@ -18,6 +18,7 @@ fn servlet_limits(
     diag: &mut Diagnostics<'_>,
     base: &ServletLimits,
     max_instances: u32,
+    store_spans: &mut Vec<Range<usize>>,
 ) -> ServletLimits {
     let mut l = base.clone();
     if let Some(n) = t.size(diag, "max_memory") {
@@ -73,6 +74,8 @@ fn servlet_limits(
         l.outbound.allowed_hosts = rules;
     }
     if let Some(values) = t.strings(diag, "stores") {
+        store_spans.clear();
+        store_spans.extend(values.iter().map(|v| v.span()));
         l.stores = values.into_iter().map(|v| v.into_inner()).collect();
     }
     if let Some(b) = t.bool(diag, "outbound_private") {
@@ -192,7 +195,8 @@ fn route(
             None
         }
     };
-    let limits = servlet_limits(t, diag, defaults, max_instances);
+    let mut store_spans = Vec::new();
+    let limits = servlet_limits(t, diag, defaults, max_instances, &mut store_spans);
     let mut settings = Vec::new();
     if let Some(mut s) = t.table(diag, "settings") {
         let keys: Vec<String> = s.keys().map(str::to_owned).collect();
@@ -228,6 +232,7 @@ fn route(
         RoutePositions {
             index,
             servlet: Origin::File(servlet_span),
+            stores: store_spans,
         },
         path_span,
     ))
@@ -353,9 +358,16 @@ pub(super) fn read(
             None
         }
     });
+    let mut store_spans = Vec::new();
     let servlet_limits = match t.table(diag, "servlet") {
         Some(mut s) => {
-            let limits = servlet_limits(&mut s, diag, &ServletLimits::default(), max_instances);
+            let limits = servlet_limits(
+                &mut s,
+                diag,
+                &ServletLimits::default(),
+                max_instances,
+                &mut store_spans,
+            );
             s.finish(diag, SERVLET_KEYS);
             limits
         }
@@ -396,6 +408,7 @@ pub(super) fn read(
             .as_ref()
             .map_or(Origin::Default, |(_, span)| Origin::File(span.clone())),
         routes: route_positions,
+        stores: store_spans,
     };
     Some((
         SiteConfig {
