@@ -51,6 +51,8 @@ pub(crate) struct StorePositions {
     pub(crate) index: usize,
     /// The whole `[[store]]` table.
     pub(crate) table: Range<usize>,
+    /// Its `path`, when it has one.
+    pub(crate) path: Option<Range<usize>>,
 }
 
 /// Where a site's values came from.
@@ -100,6 +102,8 @@ pub(crate) enum At {
     Stores(usize, Option<usize>, usize),
     /// Store `n` (its name).
     Store(usize),
+    /// Store `n`'s file.
+    StorePath(usize),
     /// `[server.tls]`: its certificate and key.
     Tls,
     /// `access` in `[log]`.
@@ -112,6 +116,24 @@ pub(crate) struct Finding {
     pub(crate) at: At,
     pub(crate) message: String,
     pub(crate) hint: String,
+}
+
+/// Why an embedded store's file could not be opened or made, if it could
+/// not: a folder in its place, or a file where a folder on its way should
+/// be (swan creates the missing folders, not those).
+fn store_file_unusable(path: &Path) -> Option<String> {
+    if path.is_dir() {
+        return Some(format!("{} is a folder, not a database file", path.display()));
+    }
+    let blocked = path
+        .ancestors()
+        .skip(1)
+        .find(|a| a.exists() && !a.is_dir())?;
+    Some(format!(
+        "{} cannot be made: {} is a file, not a folder",
+        path.display(),
+        blocked.display()
+    ))
 }
 
 /// Checks what involves several sites or the filesystem.
@@ -194,6 +216,12 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
                 } else {
                     "create it, or point `root` at the folder of static files (relative paths start at the config file's folder)"
                 },
+            );
+        } else if let Err(e) = std::fs::read_dir(&site.root) {
+            finding(
+                At::SiteRoot(i),
+                format!("{} cannot be read: {e}", site.root.display()),
+                "let the user swan runs as read and search it (and its files)",
             );
         }
         if let Some(servlets) = &site.servlets
@@ -317,6 +345,15 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
                 .find(|s| path_of(s).as_ref() == Some(&path))?;
             Some((other, path))
         });
+        if let StoreKind::Embedded { path } = &store.kind
+            && let Some(problem) = store_file_unusable(path)
+        {
+            finding(
+                At::StorePath(n),
+                problem,
+                "point `path` at a file to create or an existing database, in a folder (relative paths start at the config file's folder)",
+            );
+        }
         if let Some((other, path)) = shared {
             finding(
                 At::Store(n),
@@ -487,7 +524,7 @@ pub(crate) fn locate(
                 | At::SiteServlets(i)
                 | At::RouteServlet(i, _)
                 | At::Stores(i, ..) => positions.sites.get(i),
-                At::Store(_) | At::Tls | At::AccessLog => None,
+                At::Store(_) | At::StorePath(_) | At::Tls | At::AccessLog => None,
             };
             let index = |i: usize| site.map_or(i, |s| s.index);
             let (key, origin) = match f.at {
@@ -553,6 +590,13 @@ pub(crate) fn locate(
                     (
                         format!("store[{}].name", store.map_or(n, |s| s.index)),
                         store.map(|s| Origin::File(s.table.clone())),
+                    )
+                }
+                At::StorePath(n) => {
+                    let store = positions.stores.get(n);
+                    (
+                        format!("store[{}].path", store.map_or(n, |s| s.index)),
+                        store.map(|s| Origin::File(s.path.clone().unwrap_or(s.table.clone()))),
                     )
                 }
             };

@@ -165,6 +165,7 @@ pub(super) fn read(
     let at = StorePositions {
         index,
         table: t.span(),
+        path: path.as_ref().map(|p| p.span()),
     };
     Some((
         StoreConfig {
