@@ -745,11 +745,16 @@ fn check_lists_the_stores_who_opens_them_and_whether_they_answer() {
         text.contains("nothing (no route lists it; not opened)"),
         "{text}"
     );
-    assert_eq!(text.matches("reachable    yes").count(), 2, "{text}");
+    // Redis answers; the embedded store's file is made by serve, not by
+    // a check, which writes nothing.
+    assert_eq!(text.matches("reachable    yes").count(), 1, "{text}");
     assert!(
-        !dir.path().join("data/spare.redb").exists(),
-        "an unused store was created"
+        text.contains("reachable    a new file, made when swan serves"),
+        "{text}"
     );
+    for file in ["data/spare.redb", "data/default.redb"] {
+        assert!(!dir.path().join(file).exists(), "{file} was created");
+    }
     // Now the route lists `gone`: check says it does not answer, exits 1.
     let out = run(&config.replace("\"default\", \"shared\"", "\"default\", \"gone\""));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -918,4 +923,34 @@ fn a_closed_log_pipe_does_not_stop_the_server() {
     }
     let (code, _) = stop_with_code(child);
     assert_eq!(code, Some(0));
+}
+
+/// `docs/swan.example.toml` passes `swan check` as it is (no Redis, no
+/// certificate needed), and checking it writes nothing: its embedded
+/// store's file is made by `serve`.
+#[test]
+fn the_documented_example_passes_check_and_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for folder in ["docs", "www", "servlets"] {
+        std::fs::create_dir(dir.path().join(folder)).expect("folder");
+    }
+    std::fs::write(dir.path().join("www/index.html"), "home").expect("index");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/swan.example.toml"),
+        dir.path().join("docs/swan.example.toml"),
+    )
+    .expect("example");
+    let out = swan()
+        .current_dir(dir.path())
+        .args(["check", "--config", "docs/swan.example.toml"])
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let errors = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}\n{errors}");
+    assert!(text.contains("(valid)"), "{text}");
+    assert!(
+        !dir.path().join("data").exists(),
+        "check wrote a store file"
+    );
 }

@@ -9,13 +9,19 @@ use super::{errln, human_bytes, outln};
 
 pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
     // Stores that cannot be opened are reported below, not fatal here: an
-    // embedded store held by the running server is expected.
+    // embedded store held by the running server is expected. One whose
+    // file does not exist yet is left for `serve` to make: a check writes
+    // nothing.
+    let new_files: Vec<&str> = config
+        .stores
+        .iter()
+        .filter(|s| matches!(&s.kind, swan::config::StoreKind::Embedded { path } if !path.exists()))
+        .map(|s| s.name.as_str())
+        .collect();
+    let mut used = config.stores_used();
+    used.retain(|name| !new_files.contains(&name.as_str()));
     let (stores, unopened) = if config.wants_servlets() {
-        swan::store::Stores::open_each(
-            &config.stores,
-            &config.stores_used(),
-            swan::store::Opening::Alone,
-        )
+        swan::store::Stores::open_each(&config.stores, &used, swan::store::Opening::Alone)
     } else {
         Default::default()
     };
@@ -91,7 +97,7 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
     outln!("  keepalive_timeout   {:?}", s.keepalive_timeout);
     outln!("  drain_timeout       {:?}", s.drain_timeout);
     outln!("  max_instances       {}", s.max_instances);
-    let mut problems = check_stores(config, &app, &unopened);
+    let mut problems = check_stores(config, &app, &unopened, &new_files);
     for site in sites.iter() {
         let c = &site.config;
         let stats = site.cache.stats();
@@ -185,7 +191,12 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
 /// Prints every store, its limits, which sites' servlets may open it, and
 /// whether it answers (Redis: a PING within 3 s). Returns the number of
 /// stores that do not.
-fn check_stores(config: &Config, app: &App, unopened: &[swan::store::OpenError]) -> usize {
+fn check_stores(
+    config: &Config,
+    app: &App,
+    unopened: &[swan::store::OpenError],
+    new_files: &[&str],
+) -> usize {
     if config.stores.is_empty() {
         return 0;
     }
@@ -227,6 +238,10 @@ fn check_stores(config: &Config, app: &App, unopened: &[swan::store::OpenError])
             continue;
         }
         outln!("    opened by    {}", users.join(", "));
+        if new_files.contains(&store.name.as_str()) {
+            outln!("    reachable    a new file, made when swan serves");
+            continue;
+        }
         match unopened
             .iter()
             .find(|e| e.name == store.name)

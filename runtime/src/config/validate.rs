@@ -123,7 +123,10 @@ pub(crate) struct Finding {
 /// be (swan creates the missing folders, not those).
 fn store_file_unusable(path: &Path) -> Option<String> {
     if path.is_dir() {
-        return Some(format!("{} is a folder, not a database file", path.display()));
+        return Some(format!(
+            "{} is a folder, not a database file",
+            path.display()
+        ));
     }
     let blocked = path
         .ancestors()
