@@ -674,6 +674,12 @@ fn check_lists_each_servlets_kind_and_outbound_rules() {
         text.contains("outbound https://api.example.com, http://127.0.0.1:8080"),
         "{text}"
     );
+    // A component streams: no response size cap unless one is set.
+    let line = text
+        .lines()
+        .find(|l| l.contains("comp.wasm"))
+        .unwrap_or_default();
+    assert!(line.contains("response unlimited (streamed)"), "{line}");
 }
 
 /// A free port on 127.0.0.1 (bound, then released).

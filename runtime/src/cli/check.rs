@@ -139,16 +139,26 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
             };
             let info = servlet.info();
             let l = &info.limits;
+            // Components stream with backpressure: held to a response size
+            // only where one is set.
+            let kind = servlet.kind();
+            let response = if matches!(kind, swan::servlet::ServletKind::Component { .. })
+                && !l.max_response_bytes_set
+            {
+                "unlimited (streamed)".to_owned()
+            } else {
+                human_bytes(l.max_response_bytes)
+            };
             outln!(
                 "  servlet {:<16} {} ({:?}, {}): memory {}, timeout {:?}, body {}, response {}, concurrency {}, reuse {}",
                 route.path.to_string(),
                 info.file.display(),
                 route.origin,
-                servlet.kind(),
+                kind,
                 human_bytes(l.max_memory),
                 l.timeout,
                 human_bytes(l.max_body_bytes),
-                human_bytes(l.max_response_bytes),
+                response,
                 l.max_concurrency,
                 l.reuse,
             );
