@@ -86,7 +86,7 @@ struct ConfigArgs {
     #[arg(long, short = 'c', value_name = "FILE")]
     config: Option<PathBuf>,
     /// Address to listen on, such as 127.0.0.1:8080; repeat for several.
-    /// Replaces `listen` in [server].
+    /// Replaces the plain listeners of `listen` in [server]; TLS listeners stay.
     #[arg(long, short = 'l', value_name = "ADDR")]
     listen: Vec<String>,
     /// Folder of static files of the default site. Replaces its `root`.

@@ -72,6 +72,11 @@ fn the_admin_listener_reports_health_metrics_and_status() {
     assert_ne!(public, admin, "the admin listener has its own port");
     let live = get(&admin, "/livez");
     assert_eq!(status_of(&live), 200, "{live}");
+    // The admin listener's answers carry `Server` like every other.
+    assert!(
+        live.to_ascii_lowercase().contains("\r\nserver: swan\r\n"),
+        "{live}"
+    );
     assert!(ready_within(&admin, Duration::from_secs(10)), "never ready");
     // Traffic: 20 static, 5 servlet, 3 traps, 2 missing.
     for _ in 0..20 {

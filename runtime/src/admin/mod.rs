@@ -147,7 +147,12 @@ async fn serve(app: Loading, listener: TcpListener) {
         let task = tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let app = app.clone();
-                async move { Ok::<_, Infallible>(answer(&app, req).await) }
+                async move {
+                    let mut res = answer(&app, req).await;
+                    res.headers_mut()
+                        .insert(header::SERVER, crate::app::SERVER_NAME);
+                    Ok::<_, Infallible>(res)
+                }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())

@@ -211,6 +211,8 @@ fn headers_too_large(app: &App, peer: Peer, sending: Sending) -> hyper::Response
     refused(&app.observe, peer, http::Version::HTTP_2, 431);
     let mut res = hyper::Response::new(SentBody::new(Body::empty(), sending, None, None, true));
     *res.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+    res.headers_mut()
+        .insert(http::header::SERVER, crate::app::SERVER_NAME);
     res
 }
 
