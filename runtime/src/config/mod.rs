@@ -108,7 +108,7 @@ impl Config {
         base: &Path,
         overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
-        let mut diag = Diagnostics::new(file, source);
+        let mut diag = Diagnostics::new(file, source).with_homes(read::HOMES);
         let Some((mut config, mut positions)) = read::document(source, file, base, &mut diag)
         else {
             return Err(diag.into_error());

@@ -24,6 +24,9 @@ pub(crate) struct Diagnostics<'s> {
     file: &'s Path,
     source: &'s str,
     problems: Vec<Problem>,
+    /// Every table and its keys: an unknown key that belongs to another
+    /// table is told where it goes.
+    homes: &'static [(&'static str, &'static [&'static str])],
 }
 
 impl<'s> Diagnostics<'s> {
@@ -32,7 +35,29 @@ impl<'s> Diagnostics<'s> {
             file,
             source,
             problems: Vec::new(),
+            homes: &[],
         }
+    }
+
+    /// Tells where a key found in the wrong table belongs, from `homes`
+    /// (each table's name and keys).
+    pub(crate) fn with_homes(
+        mut self,
+        homes: &'static [(&'static str, &'static [&'static str])],
+    ) -> Self {
+        self.homes = homes;
+        self
+    }
+
+    /// The tables `key` belongs to, as a phrase ("[server] or [[store]]").
+    fn home_of(&self, key: &str) -> Option<String> {
+        let tables: Vec<&str> = self
+            .homes
+            .iter()
+            .filter(|(_, keys)| keys.contains(&key))
+            .map(|(table, _)| *table)
+            .collect();
+        (!tables.is_empty()).then(|| tables.join(" or "))
     }
 
     /// Records a problem at `span` (byte offsets into the source).
@@ -185,9 +210,15 @@ impl<'a, 'i> TableReader<'a, 'i> {
             if *used {
                 continue;
             }
-            let hint = match closest(key, known) {
-                Some(k) => format!("did you mean `{k}`? known keys here: {}", known.join(", ")),
-                None => format!("known keys here: {}", known.join(", ")),
+            let hint = match (closest(key, known), diag.home_of(key)) {
+                (Some(k), _) => {
+                    format!("did you mean `{k}`? known keys here: {}", known.join(", "))
+                }
+                (None, Some(home)) => format!(
+                    "`{key}` is a key of {home}, not of this table; known keys here: {}",
+                    known.join(", ")
+                ),
+                (None, None) => format!("known keys here: {}", known.join(", ")),
             };
             // A key a dotted path cannot show as it is (the empty key `""`,
             // found by the config fuzz target, or one with spaces) is

@@ -95,6 +95,21 @@ pub(crate) const STORE_KEYS: &[&str] = &[
 pub(crate) const ROUTE_KEYS: &[&str] = &["path", "servlet", "settings"];
 /// Top-level keys.
 pub(crate) const ROOT_KEYS: &[&str] = &["server", "site", "store", "admin", "log"];
+/// Every table and its keys, to tell a key in the wrong table where it goes.
+pub(crate) const HOMES: &[(&str, &[&str])] = &[
+    ("the top level ([server], [[site]], [[store]], [admin], [log])", ROOT_KEYS),
+    ("[server]", SERVER_KEYS),
+    ("a listener table of `listen`", ops::LISTENER_KEYS),
+    ("[server.tls]", ops::TLS_KEYS),
+    ("[server.proxy]", ops::PROXY_KEYS),
+    ("[admin]", ops::ADMIN_KEYS),
+    ("[log]", ops::LOG_KEYS),
+    ("[[site]]", SITE_KEYS),
+    ("[site.cache]", CACHE_KEYS),
+    ("[site.servlet] (or a [[site.route]])", SERVLET_KEYS),
+    ("[[site.route]]", ROUTE_KEYS),
+    ("[[store]]", STORE_KEYS),
+];
 
 /// Reads a document as far as it goes: the configuration (possibly
 /// incomplete when `diag` has errors) and where its values came from.
