@@ -277,6 +277,16 @@ pub(super) fn log(
         l.access = match v.get_ref().as_str() {
             "off" | "" => AccessLogTarget::Off,
             "stdout" | "-" => AccessLogTarget::Stdout,
+            // Meant as a word, not as a file of that name.
+            word @ ("STDOUT" | "Stdout" | "OFF" | "Off" | "none" | "None" | "NONE") => {
+                diag.error(
+                    v.span(),
+                    "log.access",
+                    format!("{word:?} would be a file of that name"),
+                    Some("write \"stdout\" or \"off\" (lower case), or a path such as \"logs/access.log\"".to_owned()),
+                );
+                AccessLogTarget::Off
+            }
             path => AccessLogTarget::File(base.join(path)),
         };
     }
