@@ -5,6 +5,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -224,6 +225,70 @@ async fn outbound_timeouts_and_the_in_flight_cap_hold() -> Result<()> {
     let _ = slow.await?;
     assert_eq!(
         fetch(&server, &format!("http://{up}/")).await?,
+        "200 upstream says hi"
+    );
+    Ok(())
+}
+
+/// A hot reload does not hand the new version a cap of its own: a request
+/// the old version still has in flight counts against the new one's
+/// `max_outbound_concurrency` too.
+#[tokio::test]
+async fn the_in_flight_cap_holds_across_a_hot_reload() -> Result<()> {
+    swan_tests::init_logs();
+    let up = upstream().await?;
+    let site = TestSite::new()?;
+    site.file("www/index.html", "home")?;
+    let module = std::fs::read(swan_tests::guest("faults-component", "wasm32-wasip2")?)?;
+    site.file("servlets/f.wasm", &module)?;
+    let config = site.config(&format!(
+        "[server]\nmax_instances = 32\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n\
+         [site.servlet]\nprewarm = 1\ntimeout = \"10s\"\nallowed_outbound_hosts = [\"http://{up}\"]\nmax_outbound_concurrency = 1\n"
+    ))?;
+    let server = TestServer::start_watching(config).await?;
+    let serving = |server: &TestServer| {
+        server
+            .app()
+            .sites
+            .load()
+            .iter()
+            .next()
+            .and_then(|s| s.servlets.servlet_at("/f").cloned())
+    };
+    let first = serving(&server).expect("route");
+    let slow_url = server.url(&format!("/f/fetch?url=http://{up}/slow"));
+    let slow = tokio::spawn(async move {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<Full<Bytes>>();
+        client
+            .request(Request::get(slow_url).body(Full::default())?)
+            .await
+            .map_err(anyhow::Error::from)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A new version of the file goes live while the slow one is in flight.
+    site.file("servlets/f.wasm", &module)?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while serving(&server).is_some_and(|s| Arc::ptr_eq(&s, &first)) {
+        anyhow::ensure!(std::time::Instant::now() < deadline, "never reloaded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !slow.is_finished(),
+        "the slow request ended before the reload"
+    );
+    let answer = server
+        .get(&format!("/f/fetch?url=http://{up}/"))
+        .await?
+        .text();
+    assert!(answer.contains("ConnectionLimitReached"), "{answer}");
+    let _ = slow.await?;
+    assert_eq!(
+        server
+            .get(&format!("/f/fetch?url=http://{up}/"))
+            .await?
+            .text(),
         "200 upstream says hi"
     );
     Ok(())

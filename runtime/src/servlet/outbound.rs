@@ -43,6 +43,28 @@ pub(crate) struct Outbound {
     in_flight: Arc<Semaphore>,
 }
 
+/// The cap on outbound requests in flight of the servlet compiled from
+/// `file`, shared by every version of it that still runs: after a hot
+/// reload the requests of the old version (finishing in flight) and of the
+/// new one count against one `max_outbound_concurrency`, not one each. A
+/// changed cap starts afresh.
+fn shared_cap(file: &std::path::Path, max: usize) -> Arc<Semaphore> {
+    type Caps = std::collections::HashMap<(std::path::PathBuf, usize), std::sync::Weak<Semaphore>>;
+    static CAPS: std::sync::LazyLock<std::sync::Mutex<Caps>> =
+        std::sync::LazyLock::new(Default::default);
+    let Ok(mut caps) = CAPS.lock() else {
+        return Arc::new(Semaphore::new(max));
+    };
+    caps.retain(|_, cap| cap.strong_count() > 0);
+    let key = (file.to_path_buf(), max);
+    if let Some(cap) = caps.get(&key).and_then(std::sync::Weak::upgrade) {
+        return cap;
+    }
+    let cap = Arc::new(Semaphore::new(max));
+    caps.insert(key, Arc::downgrade(&cap));
+    cap
+}
+
 /// A destination checked against the rules.
 #[derive(Debug, Clone)]
 struct Destination {
@@ -54,14 +76,15 @@ struct Destination {
 }
 
 impl Outbound {
-    pub(crate) fn new(limits: &ServletLimits) -> Outbound {
+    /// The rules and limits of the servlet compiled from `file`.
+    pub(crate) fn new(limits: &ServletLimits, file: &std::path::Path) -> Outbound {
         Outbound {
             rules: limits.outbound.allowed_hosts.clone(),
             allow_private: limits.outbound.allow_private,
             connect_timeout: limits.outbound.connect_timeout,
             first_byte_timeout: limits.outbound.first_byte_timeout,
             total_timeout: limits.outbound.timeout,
-            in_flight: Arc::new(Semaphore::new(limits.outbound.max_concurrency as usize)),
+            in_flight: shared_cap(file, limits.outbound.max_concurrency as usize),
         }
     }
 

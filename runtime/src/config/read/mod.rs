@@ -97,7 +97,10 @@ pub(crate) const ROUTE_KEYS: &[&str] = &["path", "servlet", "settings"];
 pub(crate) const ROOT_KEYS: &[&str] = &["server", "site", "store", "admin", "log"];
 /// Every table and its keys, to tell a key in the wrong table where it goes.
 pub(crate) const HOMES: &[(&str, &[&str])] = &[
-    ("the top level ([server], [[site]], [[store]], [admin], [log])", ROOT_KEYS),
+    (
+        "the top level ([server], [[site]], [[store]], [admin], [log])",
+        ROOT_KEYS,
+    ),
     ("[server]", SERVER_KEYS),
     ("a listener table of `listen`", ops::LISTENER_KEYS),
     ("[server.tls]", ops::TLS_KEYS),

@@ -228,7 +228,7 @@ pub(crate) fn load(
                 .map(|(k, v)| (k.as_str(), v.as_str()))
                 .collect(),
         ),
-        outbound: Arc::new(Outbound::new(&info.limits)),
+        outbound: Arc::new(Outbound::new(&info.limits, &info.file)),
         stores: stores.clone(),
         info,
         engine: engine.clone(),

@@ -161,7 +161,10 @@ pub(crate) fn load(
         })?;
     let guest = NativeGuest {
         pre,
-        outbound: Arc::new(crate::servlet::outbound::Outbound::new(&info.limits)),
+        outbound: Arc::new(crate::servlet::outbound::Outbound::new(
+            &info.limits,
+            &info.file,
+        )),
         stores: stores.clone(),
         info,
         engine: engine.clone(),
