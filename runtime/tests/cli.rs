@@ -960,3 +960,31 @@ fn the_documented_example_passes_check_and_writes_nothing() {
         "check wrote a store file"
     );
 }
+
+/// A privileged port without the capability to bind it says how to get it
+/// (here: root without CAP_NET_BIND_SERVICE, by `setpriv`), and a
+/// configuration file that is not UTF-8 says that, not "check the path".
+#[test]
+fn a_privileged_port_and_a_non_utf8_configuration_get_hints() {
+    let dir = site();
+    let out = Command::new("setpriv")
+        .args(["--bounding-set", "-net_bind_service"])
+        .arg(env!("CARGO_BIN_EXE_swan"))
+        .args(["serve", "--listen", "127.0.0.1:1", "--root", "www"])
+        .current_dir(dir.path())
+        .output()
+        .expect("setpriv (util-linux)");
+    let errors = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{errors}");
+    assert!(errors.contains("CAP_NET_BIND_SERVICE"), "{errors}");
+    std::fs::write(dir.path().join("latin1.toml"), b"[server]\n# caf\xe9\n").expect("file");
+    let out = swan()
+        .args(["check", "--config", "latin1.toml"])
+        .current_dir(dir.path())
+        .output()
+        .expect("run");
+    let errors = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{errors}");
+    assert!(errors.contains("is not UTF-8 text"), "{errors}");
+    assert!(!errors.contains("--config"), "{errors}");
+}

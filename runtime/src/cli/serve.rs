@@ -83,6 +83,8 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
             None => swan::server::listener::bind_group(l.addr, per_addr).map_err(|e| {
                 let hint = if e.is_addr_in_use() {
                     format!("another process is using this address: pick a free one with --listen ADDR or `listen` in [server] of {file} (to replace a running swan without downtime, send it SIGUSR2)")
+                } else if e.is_permission_denied() {
+                    format!("ports below 1024 need root or the CAP_NET_BIND_SERVICE capability (`setcap cap_net_bind_service=+ep` on the binary, or `AmbientCapabilities=CAP_NET_BIND_SERVICE` in a systemd unit); or pick a port from 1024 with --listen ADDR or `listen` in [server] of {file}")
                 } else {
                     format!("check the address given with --listen or `listen` in [server] of {file}")
                 };

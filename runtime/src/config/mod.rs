@@ -77,6 +77,14 @@ impl Config {
             };
         };
         let source = std::fs::read_to_string(&path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::InvalidData {
+                return ConfigError::single(
+                    &path,
+                    "(file)",
+                    "the configuration file is not UTF-8 text".to_owned(),
+                    Some("TOML files are UTF-8: save it as UTF-8 (a Latin-1 or UTF-16 editor setting, or a binary file at this path)".to_owned()),
+                );
+            }
             let hint = if given {
                 "check the path given to --config"
             } else {

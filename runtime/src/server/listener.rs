@@ -34,6 +34,12 @@ impl BindError {
     pub fn is_addr_in_use(&self) -> bool {
         self.source.kind() == io::ErrorKind::AddrInUse
     }
+
+    /// Whether binding needs a privilege this process lacks (a port below
+    /// 1024 without `CAP_NET_BIND_SERVICE`).
+    pub fn is_permission_denied(&self) -> bool {
+        self.source.kind() == io::ErrorKind::PermissionDenied
+    }
 }
 
 /// A warning when `max_connections` is at or past the process's
