@@ -12,10 +12,13 @@ async fn start() -> Result<(TestSite, TestServer)> {
     let servlets = swan_tests::example_servlets()?;
     let site = TestSite::new()?;
     site.file("www/index.html", "home")?;
+    // The same module again, outside the servlets folder, behind a route
+    // with settings (a module a route names is served at that route only).
+    let greet = site.file("greet.wasm", std::fs::read(servlets.join("hello.wasm"))?)?;
     let config = site.config(&format!(
         "[[site]]\nroot = \"www\"\nservlets = {:?}\n\n[[site.route]]\npath = \"/greet\"\nservlet = {:?}\n[site.route.settings]\nGREETING = \"Bonjour\"\n",
         servlets.display().to_string(),
-        servlets.join("hello.wasm").display().to_string(),
+        greet.display().to_string(),
     ))?;
     let server = TestServer::start(config).await?;
     Ok((site, server))

@@ -20,6 +20,7 @@ mod read;
 mod reader;
 mod store;
 mod types;
+mod units;
 mod validate;
 
 use std::path::{Path, PathBuf};
