@@ -36,6 +36,9 @@ async fn upstream_on(addr: &str) -> Result<SocketAddr> {
                     if req.uri().path() == "/slow" {
                         tokio::time::sleep(Duration::from_secs(3)).await;
                     }
+                    if req.uri().path() == "/slower" {
+                        tokio::time::sleep(Duration::from_secs(6)).await;
+                    }
                     if req.uri().path() == "/dribble" {
                         let (tx, rx) = tokio::sync::mpsc::channel::<
                             Result<hyper::body::Frame<Bytes>, Infallible>,
@@ -243,7 +246,7 @@ async fn the_in_flight_cap_holds_across_a_hot_reload() -> Result<()> {
     site.file("servlets/f.wasm", &module)?;
     let config = site.config(&format!(
         "[server]\nmax_instances = 32\n[[site]]\nroot = \"www\"\nservlets = \"servlets\"\n\
-         [site.servlet]\nprewarm = 1\ntimeout = \"10s\"\nallowed_outbound_hosts = [\"http://{up}\"]\nmax_outbound_concurrency = 1\n"
+         [site.servlet]\nprewarm = 1\ntimeout = \"20s\"\nallowed_outbound_hosts = [\"http://{up}\"]\nmax_outbound_concurrency = 1\n"
     ))?;
     let server = TestServer::start_watching(config).await?;
     let serving = |server: &TestServer| {
@@ -256,7 +259,7 @@ async fn the_in_flight_cap_holds_across_a_hot_reload() -> Result<()> {
             .and_then(|s| s.servlets.servlet_at("/f").cloned())
     };
     let first = serving(&server).expect("route");
-    let slow_url = server.url(&format!("/f/fetch?url=http://{up}/slow"));
+    let slow_url = server.url(&format!("/f/fetch?url=http://{up}/slower"));
     let slow = tokio::spawn(async move {
         let client =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())

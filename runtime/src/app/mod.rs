@@ -107,12 +107,12 @@ impl App {
     /// Loads everything a configuration names: the engine (if any site can
     /// have servlets), every site's files and servlets.
     pub fn load(config: &Config) -> Result<App, AppError> {
-        App::load_as(config, Opening::Alone)
+        App::load_as(config, &Opening::Alone)
     }
 
     /// [`App::load`] in a process started as `opening` says (an upgrade
     /// takes embedded stores over from the process it replaces).
-    pub fn load_as(config: &Config, opening: Opening) -> Result<App, AppError> {
+    pub fn load_as(config: &Config, opening: &Opening) -> Result<App, AppError> {
         let stores = if config.wants_servlets() {
             Stores::open(&config.stores, &config.stores_used(), opening)?
         } else {

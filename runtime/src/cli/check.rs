@@ -15,13 +15,16 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
     let new_files: Vec<&str> = config
         .stores
         .iter()
-        .filter(|s| matches!(&s.kind, swan::config::StoreKind::Embedded { path } if !path.exists()))
+        .filter(|s| {
+            matches!(&s.kind, swan::config::StoreKind::Embedded { path }
+                if path.metadata().is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound))
+        })
         .map(|s| s.name.as_str())
         .collect();
     let mut used = config.stores_used();
     used.retain(|name| !new_files.contains(&name.as_str()));
     let (stores, unopened) = if config.wants_servlets() {
-        swan::store::Stores::open_each(&config.stores, &used, swan::store::Opening::Alone)
+        swan::store::Stores::open_each(&config.stores, &used, &swan::store::Opening::Alone)
     } else {
         Default::default()
     };

@@ -65,11 +65,13 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         None => start_admin(None)?,
         Some(_) => None,
     };
-    let opening = match inherited {
-        Some(_) => swan::store::Opening::Upgrade,
+    let opening = match &inherited {
+        Some(from) => swan::store::Opening::Upgrade {
+            held: from.store_files().to_vec(),
+        },
         None => swan::store::Opening::Alone,
     };
-    let mut app = App::load_as(&config, opening).context("cannot load the sites")?;
+    let mut app = App::load_as(&config, &opening).context("cannot load the sites")?;
     app.start_access_log(&config.log)
         .with_context(|| format!("check `access` in [log] of {file}"))?;
     let per_addr = match config.server.runtime {
@@ -123,6 +125,10 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         admin.as_ref().map(|a| &a.socket),
         program,
         std::env::args_os().skip(1).collect(),
+        app.loader
+            .as_ref()
+            .map(|l| l.stores().embedded_files())
+            .unwrap_or_default(),
     )
     .context("cannot keep the listening sockets for upgrades")?;
     // Before the banner: a signal sent once the banner is out must not meet
@@ -376,15 +382,15 @@ impl Stop {
     }
 }
 
-/// Until it is dropped, SIGTERM or SIGINT ends the process at once, exit 0,
-/// with a line in the log (the signal's default action would end it by
-/// the signal, status 143, and say nothing). On a thread and runtime of
+/// Until what it returns is dropped, SIGTERM or SIGINT ends the process at
+/// once, exit 0, with a line in the log (the signal's default action would
+/// end it by the signal, status 143, and say nothing). On a thread and runtime of
 /// its own: loading keeps the main thread busy. `None` if that thread
 /// could not start (the default action then stays).
-fn stop_while_loading() -> Option<tokio::sync::oneshot::Sender<()>> {
+fn stop_while_loading() -> Option<LoadingStop> {
     let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
     let (listening, ready) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("swan-loading".to_owned())
         .spawn(move || {
             let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
@@ -403,7 +409,10 @@ fn stop_while_loading() -> Option<tokio::sync::oneshot::Sender<()>> {
                 let (Ok(mut term), Ok(mut int)) = signals else {
                     return;
                 };
+                // A signal that came wins over the cancel: it is handled
+                // here or by the drain's handlers, never by neither.
                 let name = tokio::select! {
+                    biased;
                     _ = term.recv() => "SIGTERM",
                     _ = int.recv() => "SIGINT",
                     _ = cancelled => return,
@@ -415,7 +424,26 @@ fn stop_while_loading() -> Option<tokio::sync::oneshot::Sender<()>> {
         .ok()?;
     // Listening before loading starts.
     ready.recv().ok()?;
-    Some(cancel)
+    Some(LoadingStop {
+        cancel: Some(cancel),
+        thread: Some(thread),
+    })
+}
+
+/// [`stop_while_loading`]'s thread: dropping this ends it, and waits until
+/// it has (a signal that came meanwhile has been acted on).
+struct LoadingStop {
+    cancel: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for LoadingStop {
+    fn drop(&mut self) {
+        drop(self.cancel.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 fn print_banner(config: &Config, sites: &Sites, bound: &[std::net::SocketAddr], started: Instant) {

@@ -176,16 +176,23 @@ fn run(
         let applied = std::panic::catch_unwind(AssertUnwindSafe(|| {
             // A configuration refused leaves the sites' own changes of the
             // batch to apply under the configuration that serves.
+            let config_file = source.file.as_deref();
+            let read = config_file.and_then(crate::file_stamp::FileStamp::of);
             let reloaded = batch.config && reload_config(&app, &source);
             // A replaced folder is watched before it is read, so nothing
             // written into it meanwhile goes unseen.
             let stale = !reloaded && watched.stale();
             if reloaded || stale {
-                match Watched::new(&app, source.file.as_deref(), &tx) {
+                match Watched::new(&app, config_file, &tx) {
                     Ok(w) => watched = w,
                     Err(e) => {
                         tracing::error!("{e}; hot reload may miss changes until restart")
                     }
+                }
+                // The configuration's new target is watched only now: one
+                // changed since it was read is read again.
+                if reloaded && config_file.and_then(crate::file_stamp::FileStamp::of) != read {
+                    let _ = tx.send(Msg::Config);
                 }
             }
             if reloaded {

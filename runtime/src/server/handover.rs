@@ -9,7 +9,10 @@
 //!   order of the old process's `listen`, each socket's descriptor;
 //! - `SWAN_ADMIN_FD`: the admin listener's descriptor, when there is one;
 //! - `SWAN_READY_FD`: the write end of a pipe; the successor writes
-//!   `ready\n` to it once it accepts connections, then closes it.
+//!   `ready\n` to it once it accepts connections, then closes it;
+//! - `SWAN_STORE_FILES`: the embedded stores' files the old process holds,
+//!   one per line: the successor takes those over once the old process
+//!   exits (any other file held elsewhere stays an error).
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -24,6 +27,7 @@ use rustix::io::{FdFlags, fcntl_getfd, fcntl_setfd};
 const LISTEN_FDS: &str = "SWAN_LISTEN_FDS";
 const ADMIN_FD: &str = "SWAN_ADMIN_FD";
 const READY_FD: &str = "SWAN_READY_FD";
+const STORE_FILES: &str = "SWAN_STORE_FILES";
 const READY: &[u8] = b"ready\n";
 
 /// A handover went wrong.
@@ -66,6 +70,7 @@ pub struct Inherited {
     groups: Vec<(SocketAddr, Vec<TcpListener>)>,
     admin: Option<TcpListener>,
     ready: Option<OwnedFd>,
+    store_files: Vec<PathBuf>,
 }
 
 impl Inherited {
@@ -100,7 +105,21 @@ impl Inherited {
         if let Some(fd) = std::env::var(READY_FD).ok().filter(|v| !v.is_empty()) {
             inherited.ready = Some(owned(&fd).map_err(|why| bad(READY_FD, why))?);
         }
+        if let Some(files) = std::env::var_os(STORE_FILES) {
+            use std::os::unix::ffi::OsStrExt;
+            inherited.store_files = files
+                .as_bytes()
+                .split(|&b| b == b'\n')
+                .filter(|f| !f.is_empty())
+                .map(|f| PathBuf::from(std::ffi::OsStr::from_bytes(f)))
+                .collect();
+        }
         Ok(Some(inherited))
+    }
+
+    /// The embedded stores' files the old process holds (canonical).
+    pub fn store_files(&self) -> &[PathBuf] {
+        &self.store_files
     }
 
     /// The inherited group for listener number `index` of this process's
@@ -214,6 +233,7 @@ pub struct Handover {
     admin: Option<TcpListener>,
     program: PathBuf,
     args: Vec<OsString>,
+    store_files: Vec<PathBuf>,
 }
 
 /// A successor that reported ready.
@@ -225,12 +245,14 @@ pub struct Successor {
 
 impl Handover {
     /// Keeps duplicates of `groups` (and the admin socket) to hand over;
-    /// the successor is `program` run with `args` (this process's own).
+    /// the successor is `program` run with `args` (this process's own),
+    /// told that this process holds the embedded stores' `store_files`.
     pub fn new(
         groups: &[Vec<TcpListener>],
         admin: Option<&TcpListener>,
         program: PathBuf,
         args: Vec<OsString>,
+        store_files: Vec<PathBuf>,
     ) -> io::Result<Handover> {
         let groups = groups
             .iter()
@@ -250,6 +272,7 @@ impl Handover {
             admin,
             program,
             args,
+            store_files,
         })
     }
 
@@ -288,6 +311,15 @@ impl Handover {
             .env(LISTEN_FDS, &spec)
             .env(ADMIN_FD, &admin)
             .env(READY_FD, ready_fd.to_string())
+            .env(STORE_FILES, {
+                use std::os::unix::ffi::OsStrExt;
+                let mut files = Vec::new();
+                for f in &self.store_files {
+                    files.extend_from_slice(f.as_os_str().as_bytes());
+                    files.push(b'\n');
+                }
+                std::ffi::OsString::from(std::ffi::OsStr::from_bytes(&files))
+            })
             .stdin(Stdio::null())
             .spawn();
         // The child has its copies; without ours, its pipe end closing

@@ -104,14 +104,14 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (embedded) or prepares (Redis: connected on first use) a store.
     pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
-        Store::open_as(config, Opening::Alone)
+        Store::open_as(config, &Opening::Alone)
     }
 
     /// [`Store::open`], in a process started as `opening` says.
-    pub fn open_as(config: &StoreConfig, opening: Opening) -> Result<Store, StoreError> {
+    pub fn open_as(config: &StoreConfig, opening: &Opening) -> Result<Store, StoreError> {
         let backend = match &config.kind {
             StoreKind::Embedded { path } => {
-                Backend::Embedded(embedded::Embedded::open(path, opening == Opening::Upgrade)?)
+                Backend::Embedded(embedded::Embedded::open(path, opening.takes_over(path))?)
             }
             StoreKind::Redis {
                 url,
@@ -340,16 +340,30 @@ impl Store {
 }
 
 /// How the process opening its stores was started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Opening {
     /// On its own: an embedded store's file open in another process is an
     /// error ([`StoreError::InUse`]).
     #[default]
     Alone,
-    /// By a SIGUSR2 upgrade: an embedded store's file the old process still
-    /// holds is taken over once it exits, operations waiting for it
-    /// meanwhile (at most 10 s, then they fail as unavailable).
-    Upgrade,
+    /// By a SIGUSR2 upgrade from a process holding these embedded stores'
+    /// files (canonical): each is taken over once that process exits,
+    /// operations waiting for it meanwhile (at most 10 s, then they fail as
+    /// unavailable). Any other file held elsewhere is an error, as alone.
+    Upgrade {
+        /// The files the old process holds.
+        held: Vec<std::path::PathBuf>,
+    },
+}
+
+impl Opening {
+    /// Whether `path` is a file the old process holds, to take over.
+    fn takes_over(&self, path: &std::path::Path) -> bool {
+        match self {
+            Opening::Alone => false,
+            Opening::Upgrade { held } => path.canonicalize().is_ok_and(|p| held.contains(&p)),
+        }
+    }
 }
 
 /// Every configured store, by name.
@@ -374,7 +388,7 @@ impl Stores {
     pub fn open(
         configs: &[StoreConfig],
         used: &[String],
-        opening: Opening,
+        opening: &Opening,
     ) -> Result<Stores, OpenError> {
         let (stores, mut failed) = Stores::open_each(configs, used, opening);
         match failed.pop() {
@@ -388,7 +402,7 @@ impl Stores {
     pub fn open_each(
         configs: &[StoreConfig],
         used: &[String],
-        opening: Opening,
+        opening: &Opening,
     ) -> (Stores, Vec<OpenError>) {
         let mut by_name = HashMap::new();
         let mut failed = Vec::new();
@@ -414,6 +428,17 @@ impl Stores {
     /// Every open store.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Store>> {
         self.by_name.values()
+    }
+
+    /// The files of the embedded stores open here (canonical): what a
+    /// successor takes over in an upgrade.
+    pub fn embedded_files(&self) -> Vec<std::path::PathBuf> {
+        self.iter()
+            .filter_map(|s| match &s.config.kind {
+                StoreKind::Embedded { path } => path.canonicalize().ok(),
+                StoreKind::Redis { .. } => None,
+            })
+            .collect()
     }
 }
 

@@ -24,8 +24,14 @@ const POLL: Duration = Duration::from_millis(20);
 pub(super) struct Handoff {
     /// Set until the file is open (or failed to open for another reason).
     pending: AtomicBool,
+    /// A call waited [`WAIT`] in vain: the old process is not letting go
+    /// soon, so later calls fail at once and health says so.
+    gave_up: AtomicBool,
+    /// Set when the store is dropped: the thread stops trying.
+    stop: AtomicBool,
     opened: watch::Receiver<bool>,
     since: Instant,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Handoff {
@@ -36,17 +42,33 @@ impl Handoff {
         let (done, opened) = watch::channel(false);
         let handoff = Arc::new(Handoff {
             pending: AtomicBool::new(true),
+            gave_up: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
             opened,
             since: Instant::now(),
+            thread: std::sync::Mutex::new(None),
         });
         let (store, mine) = (Arc::downgrade(shared), Arc::downgrade(&handoff));
         let path = shared.path.clone();
         tracing::info!(path = %path.display(), "store open in the process this one replaces: taken over once it lets go; operations wait for it meanwhile");
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("swan-store-handoff".to_owned())
             .spawn(move || take_over(&path, &store, &mine, &done))
             .map_err(|e| StoreError::Other(format!("cannot wait for the store's file: {e}")))?;
+        if let Ok(mut slot) = handoff.thread.lock() {
+            *slot = Some(thread);
+        }
         Ok(handoff)
+    }
+
+    /// The store is dropped: stops the thread and waits for it, so that no
+    /// database it opened outlives the store (holding the file's lock).
+    pub(super) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
     }
 
     /// Whether the file is still held by the other process.
@@ -60,17 +82,24 @@ impl Handoff {
         if !self.pending() {
             return Ok(());
         }
+        if self.gave_up.load(Ordering::Acquire) {
+            return Err(self.still_held(path));
+        }
         let mut opened = self.opened.clone();
         match tokio::time::timeout(WAIT, opened.wait_for(|open| *open)).await {
             Ok(Ok(_)) => Ok(()),
-            _ => Err(self.still_held(path)),
+            _ if !self.pending() => Ok(()),
+            _ => {
+                self.gave_up.store(true, Ordering::Release);
+                Err(self.still_held(path))
+            }
         }
     }
 
-    /// Health: fine while an operation would still wait for the file, not
-    /// once they fail.
+    /// Health: fine while calls wait for the file (the old process is
+    /// draining), not once one waited in vain.
     pub(super) fn health(&self, path: &Path) -> Result<(), StoreError> {
-        if self.pending() && self.since.elapsed() >= WAIT {
+        if self.pending() && self.gave_up.load(Ordering::Acquire) {
             return Err(self.still_held(path));
         }
         Ok(())
@@ -96,7 +125,20 @@ fn take_over(
         let (Some(shared), Some(handoff)) = (store.upgrade(), handoff.upgrade()) else {
             return;
         };
-        match open_file(path) {
+        if handoff.stop.load(Ordering::Acquire) {
+            return;
+        }
+        // A panic opening the file (redb repairing a damaged one) must not
+        // leave the store waiting for good: it fails as a file that cannot
+        // be opened, which the writer tries again every second.
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open_file(path)))
+            .unwrap_or_else(|_| {
+                Err(StoreError::Other(format!(
+                    "{}: opening it panicked",
+                    path.display()
+                )))
+            });
+        match opened {
             Err(StoreError::InUse(_)) => continue,
             Ok(db) => {
                 shared.install(db.0);

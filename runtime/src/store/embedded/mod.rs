@@ -63,6 +63,9 @@ impl Drop for Embedded {
         // The writer ends when its channel closes; waiting for it releases
         // the file's lock before this returns, so the store can be opened
         // again at once (a configuration reload, a test).
+        if let Some(handoff) = &self.handoff {
+            handoff.stop();
+        }
         self.writes.take();
         if let Some(writer) = self.writer.take() {
             let _ = writer.join();

@@ -567,12 +567,16 @@ impl RedisStore {
         match failed {
             None => Ok(()),
             Some((_, e)) if self.managers.len() == 1 => Err(e),
-            Some((i, StoreError::Unavailable(why))) => Err(StoreError::Unavailable(format!(
-                "connection {} of {}: {why}",
-                i + 1,
-                self.managers.len()
-            ))),
-            Some((_, e)) => Err(e),
+            Some((i, e)) => {
+                let which = format!("connection {} of {}", i + 1, self.managers.len());
+                Err(match e {
+                    StoreError::Unavailable(why) => {
+                        StoreError::Unavailable(format!("{which}: {why}"))
+                    }
+                    StoreError::Other(why) => StoreError::Other(format!("{which}: {why}")),
+                    e => e,
+                })
+            }
         }
     }
 }
