@@ -189,6 +189,21 @@ fn wait_line(rx: &mpsc::Receiver<String>, needle: &str, limit: Duration) -> Stri
     panic!("no log line with {needle:?} within {limit:?}");
 }
 
+/// Starts a copy of swan in `dir/bin` (upgrades run the file the process
+/// was started from: a copy, so a test can replace it) on `swan.toml`.
+fn start_copy(dir: &std::path::Path, admin: bool) -> support::Running {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let program = bin.join("swan");
+    std::fs::copy(env!("CARGO_BIN_EXE_swan"), &program).expect("copy swan");
+    start_program(
+        Command::new(&program),
+        dir,
+        &["--config", "swan.toml"],
+        admin,
+    )
+}
+
 /// Increments `visits` in the `default` store and answers its new value;
 /// traps on any store error.
 const COUNTER: &str = r#"(module
@@ -256,18 +271,8 @@ fn sigusr2_upgrades_the_binary_under_load_without_a_failed_request() {
          [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\ntimeout = \"10s\"\n",
     )
     .expect("config");
-    // Upgrades run the file the process was started from: a copy here, so
-    // the test can replace it.
-    let bin = dir.path().join("bin");
-    std::fs::create_dir(&bin).expect("bin");
-    let program = bin.join("swan");
-    std::fs::copy(env!("CARGO_BIN_EXE_swan"), &program).expect("copy swan");
-    let mut old = start_program(
-        Command::new(&program),
-        dir.path(),
-        &["--config", "swan.toml"],
-        true,
-    );
+    let mut old = start_copy(dir.path(), true);
+    let (bin, program) = (dir.path().join("bin"), dir.path().join("bin/swan"));
     let addr = old.urls[0].clone();
     let admin = old.admin.clone().expect("admin");
     let (log, rx) = log_lines(old.child.stderr.take().expect("stderr"));
@@ -649,16 +654,7 @@ fn sigusr2_takes_an_embedded_store_over_without_a_failed_or_lost_increment() {
          [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\nstores = [\"default\"]\n",
     )
     .expect("config");
-    let bin = dir.path().join("bin");
-    std::fs::create_dir(&bin).expect("bin");
-    let program = bin.join("swan");
-    std::fs::copy(env!("CARGO_BIN_EXE_swan"), &program).expect("copy swan");
-    let mut old = start_program(
-        Command::new(&program),
-        dir.path(),
-        &["--config", "swan.toml"],
-        false,
-    );
+    let mut old = start_copy(dir.path(), false);
     let addr = old.urls[0].clone();
     let (_log, rx) = log_lines(old.child.stderr.take().expect("stderr"));
     let stop = Arc::new(AtomicBool::new(false));
