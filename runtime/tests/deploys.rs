@@ -714,3 +714,51 @@ fn sigusr2_takes_an_embedded_store_over_without_a_failed_or_lost_increment() {
     }
     assert!(!alive(new_pid), "the new process stops");
 }
+
+/// A second stop signal while in-flight requests finish ends the process
+/// at once (exit 1, said in the log), as a second Ctrl-C does: the drain
+/// would otherwise wait up to `drain_timeout`, and only SIGKILL ended it.
+#[test]
+fn a_second_stop_signal_during_the_drain_exits_at_once() {
+    let dir = site();
+    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
+    std::fs::write(
+        dir.path().join("servlets/slow.wasm"),
+        wat::parse_str(SLOW).expect("slow"),
+    )
+    .expect("slow");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\ndrain_timeout = \"20s\"\n\
+         [[site]]\nroot = \"www\"\nservlets = \"servlets\"\n[site.servlet]\ntimeout = \"10s\"\n",
+    )
+    .expect("config");
+    let mut s = start(dir.path(), &[], false);
+    let (log, _rx) = log_lines(s.child.stderr.take().expect("stderr"));
+    let addr = s.urls[0].clone();
+    let slow = std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(&addr).expect("connect");
+        let _ = std::io::Write::write_all(
+            &mut stream,
+            b"GET /slow HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        );
+        let mut reply = String::new();
+        let _ = std::io::Read::read_to_string(&mut stream, &mut reply);
+        reply
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = s.child.id();
+    signal("-TERM", pid);
+    std::thread::sleep(Duration::from_millis(200));
+    signal("-TERM", pid);
+    let status = wait_exit(&mut s.child, Duration::from_secs(5)).expect("exits");
+    assert_eq!(status.code(), Some(1), "{status}");
+    let reply = slow.join().expect("client");
+    assert!(
+        !reply.contains("slow done"),
+        "the slow request finished: {reply}"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let log = log.lock().expect("log").join("\n");
+    assert!(log.contains("stop signal during the drain"), "{log}");
+}

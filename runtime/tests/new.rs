@@ -182,6 +182,10 @@ fn bad_names_languages_and_existing_folders_are_refused() {
     let again = run(&["new", "x", "--lang", "c", "--dir", "s"]);
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("exists already"));
+    // --dir naming a file, not a folder.
+    let file = run(&["new", "z", "--lang", "c", "--dir", "s/x/servlet.c"]);
+    assert_eq!(file.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&file.stderr).contains("not a servlets folder"));
     // A configuration that cannot be read is said, not passed over for
     // ./servlets.
     let missing = run(&["new", "y", "--lang", "c", "--config", "nowhere.toml"]);

@@ -46,6 +46,15 @@ pub(crate) fn list() {
 /// folder to create it in.
 pub(crate) fn create(name: &str, lang: Lang, dir: &Path) -> anyhow::Result<PathBuf> {
     check_name(name)?;
+    // A file where the servlets folder should be is the command's usage
+    // (exit 2), not a failure to write.
+    if dir.metadata().is_ok_and(|m| !m.is_dir()) {
+        return Err(Refused(format!(
+            "{} is a file, not a servlets folder: give --dir a folder (it is made if missing)",
+            dir.display()
+        ))
+        .into());
+    }
     let dest = dir.join(name);
     if dest.symlink_metadata().is_ok() {
         return Err(Refused(format!(

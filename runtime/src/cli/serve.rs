@@ -186,6 +186,13 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
                     }
                 }
             }
+            // One more stop signal while in-flight requests finish ends
+            // the process without waiting for them (as a second Ctrl-C).
+            tokio::spawn(async move {
+                stop.recv().await;
+                tracing::warn!("stop signal during the drain: exiting now; requests still in flight are cut off");
+                std::process::exit(1);
+            });
         };
         swan::serve(app, listeners, shutdown).await
     });
