@@ -35,10 +35,47 @@ pub fn provider() -> Arc<CryptoProvider> {
 /// Loads `cert` (a PEM chain, leaf first) and `key` (PKCS#8, PKCS#1 or
 /// SEC1 PEM).
 pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey, CertError> {
-    let file_error = |file: &Path, reason: String| CertError::File {
+    let chain = load_chain(cert)?;
+    let signing = load_key(key)?;
+    pair(chain, signing, cert, key)
+}
+
+/// What is wrong with `cert` and `key` (`swan check`, configuration
+/// errors): each file's own problem, else whether they belong together.
+pub fn problems(cert: &Path, key: &Path) -> CertProblems {
+    match (load_chain(cert), load_key(key)) {
+        (Ok(chain), Ok(signing)) => CertProblems {
+            pair: pair(chain, signing, cert, key).err(),
+            ..CertProblems::default()
+        },
+        (chain, signing) => CertProblems {
+            cert: chain.err(),
+            key: signing.err(),
+            pair: None,
+        },
+    }
+}
+
+/// [`problems`]' answer.
+#[derive(Debug, Default)]
+pub struct CertProblems {
+    /// The certificate file's own problem.
+    pub cert: Option<CertError>,
+    /// The key file's own problem.
+    pub key: Option<CertError>,
+    /// Both files are fine, but the key does not belong to the certificate.
+    pub pair: Option<CertError>,
+}
+
+fn file_error(file: &Path, reason: String) -> CertError {
+    CertError::File {
         file: file.display().to_string(),
         reason,
-    };
+    }
+}
+
+/// The certificate chain in `cert`, every block of it parsed.
+fn load_chain(cert: &Path) -> Result<Vec<CertificateDer<'static>>, CertError> {
     let cert_pem = read_pem(cert).map_err(|reason| file_error(cert, reason))?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<_, _>>()
@@ -62,14 +99,27 @@ pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey, CertError> {
             ));
         }
     }
+    Ok(chain)
+}
+
+/// The private key in `key`, loaded by the crypto provider.
+fn load_key(key: &Path) -> Result<Arc<dyn rustls::sign::SigningKey>, CertError> {
     let key_pem = read_pem(key).map_err(|reason| file_error(key, reason))?;
     let der =
         PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| file_error(key, pem_reason(&e)))?;
-    let provider = provider();
-    let signing = provider
+    provider()
         .key_provider
         .load_private_key(der)
-        .map_err(|e| CertError::Key(format!("{}: unusable private key: {e}", key.display())))?;
+        .map_err(|e| CertError::Key(format!("{}: unusable private key: {e}", key.display())))
+}
+
+/// The chain and key together, if the key belongs to the chain's leaf.
+fn pair(
+    chain: Vec<CertificateDer<'static>>,
+    signing: Arc<dyn rustls::sign::SigningKey>,
+    cert: &Path,
+    key: &Path,
+) -> Result<CertifiedKey, CertError> {
     let certified = CertifiedKey::new(chain, signing);
     certified.keys_match().map_err(|e| {
         CertError::Key(format!(

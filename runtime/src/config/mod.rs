@@ -65,6 +65,7 @@ impl Config {
                 dropped_sites: false,
                 stores: Vec::new(),
                 tls: None,
+                tls_files: [None, None],
                 access_log: None,
                 servlets_to_be_made: false,
             };

@@ -138,7 +138,13 @@ pub(crate) fn document(
     let mut positions = Positions::default();
     let server = match root.table(diag, "server") {
         Some(mut t) => {
-            let s = server::read(&mut t, diag, base, &mut positions.tls);
+            let s = server::read(
+                &mut t,
+                diag,
+                base,
+                &mut positions.tls,
+                &mut positions.tls_files,
+            );
             t.finish(diag, SERVER_KEYS);
             s
         }

@@ -146,9 +146,15 @@ pub(super) fn tls(
     t: &mut TableReader<'_, '_>,
     diag: &mut Diagnostics<'_>,
     base: &Path,
+    spans: &mut [Option<std::ops::Range<usize>>; 2],
 ) -> Option<TlsConfig> {
-    let mut file = |key: &str, what: &str| match t.string(diag, key) {
-        Some(p) => Some(base.join(p.get_ref())),
+    let mut file = |key: &str, what: &str, span: &mut Option<std::ops::Range<usize>>| match t
+        .string(diag, key)
+    {
+        Some(p) => {
+            *span = Some(p.span());
+            Some(base.join(p.get_ref()))
+        }
         None => {
             diag.error(
                 t.span(),
@@ -161,8 +167,9 @@ pub(super) fn tls(
             None
         }
     };
-    let cert = file("cert", "certificate chain (leaf first)");
-    let key = file("key", "private key");
+    let [cert_span, key_span] = spans;
+    let cert = file("cert", "certificate chain (leaf first)", cert_span);
+    let key = file("key", "private key", key_span);
     let redirect_http = t.bool(diag, "redirect_http").unwrap_or(false);
     let hsts = match t.string(diag, "hsts") {
         Some(v) if v.get_ref().is_empty() => None,

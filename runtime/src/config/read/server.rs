@@ -13,11 +13,12 @@ pub(super) fn read(
     diag: &mut Diagnostics<'_>,
     base: &std::path::Path,
     tls_span: &mut Option<std::ops::Range<usize>>,
+    tls_files: &mut [Option<std::ops::Range<usize>>; 2],
 ) -> ServerConfig {
     let mut s = ServerConfig::defaults();
     if let Some(mut tls) = t.table(diag, "tls") {
         *tls_span = Some(tls.span());
-        s.tls = ops::tls(&mut tls, diag, base);
+        s.tls = ops::tls(&mut tls, diag, base, tls_files);
         tls.finish(diag, ops::TLS_KEYS);
     }
     if let Some(mut proxy) = t.table(diag, "proxy") {

@@ -26,7 +26,12 @@ pub(crate) fn locate(
                 | At::SiteServlets(i)
                 | At::RouteServlet(i, _)
                 | At::Stores(i, ..) => positions.sites.get(i),
-                At::Store(_) | At::StorePath(_) | At::Tls | At::AccessLog => None,
+                At::Store(_)
+                | At::StorePath(_)
+                | At::Tls
+                | At::TlsCert
+                | At::TlsKey
+                | At::AccessLog => None,
             };
             let index = |i: usize| site.map_or(i, |s| s.index);
             let (key, origin) = match f.at {
@@ -83,6 +88,20 @@ pub(crate) fn locate(
                     "server.tls".to_owned(),
                     positions.tls.clone().map(Origin::File),
                 ),
+                At::TlsCert | At::TlsKey => {
+                    let (key, n) = if f.at == At::TlsCert {
+                        ("cert", 0)
+                    } else {
+                        ("key", 1)
+                    };
+                    (
+                        format!("server.tls.{key}"),
+                        positions.tls_files[n]
+                            .clone()
+                            .or(positions.tls.clone())
+                            .map(Origin::File),
+                    )
+                }
                 At::AccessLog => (
                     "log.access".to_owned(),
                     positions.access_log.clone().map(Origin::File),

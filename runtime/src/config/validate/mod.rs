@@ -40,6 +40,8 @@ pub(crate) struct Positions {
     pub(crate) stores: Vec<StorePositions>,
     /// The `[server.tls]` table, if any.
     pub(crate) tls: Option<Range<usize>>,
+    /// `[server.tls]`'s `cert` and `key` values.
+    pub(crate) tls_files: [Option<Range<usize>>; 2],
     /// The `access` value of `[log]`, if written.
     pub(crate) access_log: Option<Range<usize>>,
     /// `swan new`: the default site's servlets folder may not exist yet.
@@ -108,6 +110,10 @@ pub(crate) enum At {
     StorePath(usize),
     /// `[server.tls]`: its certificate and key.
     Tls,
+    /// `[server.tls]`'s `cert`.
+    TlsCert,
+    /// `[server.tls]`'s `key`.
+    TlsKey,
     /// `access` in `[log]`.
     AccessLog,
 }
@@ -383,9 +389,24 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
         access_log_outside_sites(config, log, &mut finding);
     }
     if let Some(tls) = &config.server.tls {
-        if let Err(e) = crate::certs::load(&tls.cert, &tls.key) {
+        let problems = crate::certs::problems(&tls.cert, &tls.key);
+        if let Some(e) = problems.cert {
             finding(
-                At::Tls,
+                At::TlsCert,
+                format!("cannot serve this certificate: {e}"),
+                "give a PEM certificate chain (leaf first) in `cert`",
+            );
+        }
+        if let Some(e) = problems.key {
+            finding(
+                At::TlsKey,
+                format!("cannot serve with this key: {e}"),
+                "give the certificate's private key (PKCS#8, PKCS#1 or SEC1 PEM) in `key`",
+            );
+        }
+        if let Some(e) = problems.pair {
+            finding(
+                At::TlsKey,
                 format!("cannot serve this certificate: {e}"),
                 "give a PEM certificate chain (leaf first) in `cert` and its private key in `key`",
             );
