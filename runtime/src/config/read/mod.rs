@@ -125,12 +125,24 @@ pub(crate) fn document(
     let document = match DeTable::parse(source) {
         Ok(d) => d,
         Err(e) => {
-            diag.error(
-                e.span().unwrap_or(0..0),
-                "(syntax)",
-                e.message().trim().to_owned(),
-                Some("this is not valid TOML; see https://toml.io".to_owned()),
-            );
+            let span = e.span().unwrap_or(0..0);
+            let message = e.message().trim();
+            // The parser says which rule, not which key: the span does.
+            let named = source
+                .get(span.clone())
+                .map(str::trim)
+                .filter(|k| !k.is_empty() && k.len() <= 100 && !k.contains('\n'));
+            let (message, hint) = match named {
+                Some(key) if message == "duplicate key" => (
+                    format!("duplicate key `{key}`"),
+                    "a key is set once per table, and a [table] header appears once: remove one of them",
+                ),
+                _ => (
+                    message.to_owned(),
+                    "this is not valid TOML; see https://toml.io",
+                ),
+            };
+            diag.error(span, "(syntax)", message, Some(hint.to_owned()));
             return None;
         }
     };
