@@ -355,9 +355,12 @@ impl<'a, 'i> TableReader<'a, 'i> {
             (DeValue::String(s), _) => {
                 (unit.parse)(s).ok_or_else(|| format!("{s:?} is not a valid {}", unit.what))
             }
-            (DeValue::Integer(i), Some(from_int)) => u64::from_str_radix(i.as_str(), i.radix())
+            // TOML integers are 64-bit signed: a larger one is not TOML.
+            (DeValue::Integer(i), Some(from_int)) => i64::from_str_radix(i.as_str(), i.radix())
+                .ok()
+                .and_then(|n| u64::try_from(n).ok())
                 .map(from_int)
-                .map_err(|_| format!("{} is not a valid {}", i.as_str(), unit.what)),
+                .ok_or_else(|| format!("{} is not a valid {}", i.as_str(), unit.what)),
             (other, _) => Err(format!(
                 "expected {}, found {}",
                 unit.expected,
