@@ -288,7 +288,7 @@ impl GuestBody {
         if let Some((stats, id)) = self.tally.take() {
             let timed_out = why.contains("deadline");
             let first = why.lines().next().unwrap_or_default();
-            tracing::warn!(request_id = %id, error = %first, "response aborted mid-body: the servlet failed after its head was sent");
+            tracing::warn!(request_id = %id, error = %first, "response aborted: the servlet failed after setting its response head (the client sees the connection or stream reset, not an error status)");
             stats.failed_mid_stream(&why, timed_out, &id);
         }
         Poll::Ready(Some(Err(io::Error::other(why))))
