@@ -4,12 +4,7 @@ use std::time::Duration;
 
 /// Parses "65536", "64KiB", "64 KiB", "1.5 MB"... into bytes.
 pub(crate) fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let number: f64 = number.parse().ok()?;
+    let (number, unit) = number_and_unit(s)?;
     let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" => 1_000,
@@ -26,12 +21,7 @@ pub(crate) fn parse_size(s: &str) -> Option<u64> {
 
 /// Parses "250ms", "10s", "1.5s", "2m", "1h".
 pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let number: f64 = number.parse().ok()?;
+    let (number, unit) = number_and_unit(s)?;
     let seconds = match unit.trim() {
         "ms" => number / 1000.0,
         "s" => number,
@@ -44,6 +34,16 @@ pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(seconds)
         .ok()
         .filter(|d| *d <= MAX_DURATION && (d.is_zero() || *d >= Duration::from_millis(1)))
+}
+
+/// "1.5 MiB" as (1.5, " MiB"): the leading number, and what follows it.
+fn number_and_unit(s: &str) -> Option<(f64, &str)> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    Some((number.parse().ok()?, unit))
 }
 
 /// The longest duration any key takes (a year): past it, millisecond

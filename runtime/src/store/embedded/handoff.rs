@@ -22,13 +22,13 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// The file is being taken over.
 pub(super) struct Handoff {
-    /// Set until the file is open (or failed to open for another reason).
-    pending: AtomicBool,
     /// A call waited [`WAIT`] in vain: the old process is not letting go
     /// soon, so later calls fail at once and health says so.
     gave_up: AtomicBool,
     /// Set when the store is dropped: the thread stops trying.
     stop: AtomicBool,
+    /// `true` once the file is open (or failed to open for another
+    /// reason): until then, it is pending.
     opened: watch::Receiver<bool>,
     since: Instant,
     thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -41,7 +41,6 @@ impl Handoff {
     pub(super) fn start(shared: &Arc<Shared>) -> Result<Arc<Handoff>, StoreError> {
         let (done, opened) = watch::channel(false);
         let handoff = Arc::new(Handoff {
-            pending: AtomicBool::new(true),
             gave_up: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             opened,
@@ -73,7 +72,7 @@ impl Handoff {
 
     /// Whether the file is still held by the other process.
     pub(super) fn pending(&self) -> bool {
-        self.pending.load(Ordering::Acquire)
+        !*self.opened.borrow()
     }
 
     /// Waits until the file is taken over (or [`WAIT`] passes: then, the
@@ -146,8 +145,7 @@ fn take_over(
             }
             Err(e) => shared.cannot_open(&e),
         }
-        handoff.pending.store(false, Ordering::Release);
-        let _ = done.send(true);
+        done.send_replace(true);
         return;
     }
 }
