@@ -9,13 +9,13 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use bytes::Bytes;
-use futures_core::Stream;
+use bytes::{Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use tokio::io::{AsyncReadExt, Take};
-use tokio_util::io::ReaderStream;
+
+use crate::file_stamp::FileStamp;
 
 /// Size of the chunks a large file is read in.
 pub const FILE_CHUNK_BYTES: usize = 64 << 10;
@@ -111,6 +111,9 @@ pub(crate) struct FileRange {
     /// Where the part starts in the file.
     pub(crate) offset: u64,
     pub(crate) len: u64,
+    /// The file as it was opened, when a change while it is sent must cut
+    /// the answer off.
+    pub(crate) stamp: Option<FileStamp>,
 }
 
 /// A response body.
@@ -121,15 +124,21 @@ pub struct Body {
 
 #[derive(Debug)]
 struct FileBody {
-    /// The file until its first read; then the stream reading it.
+    /// The file until its first read; then the part of it being read,
+    /// until its end.
     unread: Option<tokio::fs::File>,
-    stream: Option<ReaderStream<Take<tokio::fs::File>>>,
+    reading: Option<Take<tokio::fs::File>>,
+    /// What the next chunk is read into.
+    buf: BytesMut,
     /// Where the body starts in the file, and how much is left to read.
     start: u64,
     remaining: u64,
     /// Whether the seek to `start` has begun. Only reading needs it:
     /// `sendfile(2)` takes the offset itself.
     seeking: bool,
+    /// The file as its answer's headers describe it: a change seen
+    /// between two reads ends the body with an error.
+    stamp: Option<FileStamp>,
     /// A place the file holds (among its connection's open files) until
     /// the body is dropped.
     _place: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -167,24 +176,33 @@ impl Body {
     /// `len` bytes of a file from `start` (the file's own position does not
     /// matter).
     pub fn file(file: tokio::fs::File, start: u64, len: u64) -> Body {
-        Body::file_holding(file, start, len, None)
+        Body::file_holding(file, start, len, None, None)
     }
 
     /// [`Body::file`], holding `place` until the body is dropped (a
-    /// budget of open files).
-    pub fn file_holding(
+    /// budget of open files). With `stamp` (the file as it was opened),
+    /// a change to the file while it is sent (a write in place, a
+    /// truncation) ends the body with an error ([`FileChanged`]), which
+    /// cuts the answer off, rather than mixing two versions under one
+    /// length and validator.
+    ///
+    /// [`FileChanged`]: crate::file_stamp::FileChanged
+    pub(crate) fn file_holding(
         file: tokio::fs::File,
         start: u64,
         len: u64,
         place: Option<tokio::sync::OwnedSemaphorePermit>,
+        stamp: Option<FileStamp>,
     ) -> Body {
         Body {
             kind: Kind::File(Box::new(FileBody {
                 unread: Some(file),
-                stream: None,
+                reading: None,
+                buf: BytesMut::new(),
                 start,
                 remaining: len,
                 seeking: false,
+                stamp,
                 _place: place,
             })),
         }
@@ -215,6 +233,7 @@ impl Body {
             unread,
             start,
             remaining,
+            stamp,
             ..
         } = &mut **f;
         // A file never read has no operation under way: `try_into_std`
@@ -225,6 +244,7 @@ impl Body {
                     file,
                     offset: *start,
                     len: *remaining,
+                    stamp: *stamp,
                 };
                 self.kind = Kind::Placeholder {
                     remaining: range.len,
@@ -338,15 +358,38 @@ impl http_body::Body for Body {
             Kind::Empty => Poll::Ready(None),
             Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Kind::File(f) => {
-                if f.stream.is_none()
+                if f.reading.is_none()
                     && let Err(e) = ready!(f.poll_start(cx))
                 {
                     return Poll::Ready(Some(Err(e)));
                 }
-                let Some(stream) = f.stream.as_mut() else {
+                let f = &mut **f;
+                let Some(reader) = f.reading.as_mut() else {
                     return Poll::Ready(None);
                 };
-                file_frame(ready!(Pin::new(stream).poll_next(cx)), &mut f.remaining)
+                if f.buf.capacity() == 0 {
+                    f.buf.reserve(FILE_CHUNK_BYTES);
+                }
+                let read = match ready!(tokio_util::io::poll_read_buf(
+                    Pin::new(&mut *reader),
+                    cx,
+                    &mut f.buf
+                )) {
+                    Err(e) => Some(Err(e)),
+                    Ok(0) => None,
+                    Ok(_) => Some(Ok(f.buf.split().freeze())),
+                };
+                // Checked after each read: a change before or during it
+                // shows, and the chunk is not sent.
+                if let (Some(Ok(_)), Some(stamp)) = (&read, &f.stamp)
+                    && let Err(e) = stamp.unchanged(reader.get_ref())
+                {
+                    return Poll::Ready(Some(Err(e)));
+                }
+                if read.is_none() {
+                    f.reading = None;
+                }
+                file_frame(read, &mut f.remaining)
             }
             Kind::Placeholder { remaining, pacer } => {
                 if *remaining == 0 {
@@ -391,8 +434,8 @@ impl http_body::Body for Body {
 }
 
 impl FileBody {
-    /// Before the first read: positions the file at `start` and makes the
-    /// stream that reads it.
+    /// Before the first read: positions the file at `start`, to be read
+    /// from there.
     fn poll_start(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         use tokio::io::AsyncSeek;
         let Some(file) = self.unread.as_mut() else {
@@ -406,10 +449,7 @@ impl FileBody {
             ready!(Pin::new(&mut *file).poll_complete(cx))?;
         }
         if let Some(file) = self.unread.take() {
-            self.stream = Some(ReaderStream::with_capacity(
-                file.take(self.remaining),
-                FILE_CHUNK_BYTES,
-            ));
+            self.reading = Some(file.take(self.remaining));
         }
         Poll::Ready(Ok(()))
     }

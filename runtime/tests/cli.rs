@@ -1016,3 +1016,33 @@ fn a_privileged_port_and_a_non_utf8_configuration_get_hints() {
     assert!(errors.contains("is not UTF-8 text"), "{errors}");
     assert!(!errors.contains("--config"), "{errors}");
 }
+
+/// A site's `404.html` too large for the cache cannot be the 404 page:
+/// the log says so at load, and missing paths get the built-in page.
+#[test]
+fn a_404_page_over_max_file_size_is_named_in_the_log() {
+    let dir = site();
+    let www = dir.path().join("www");
+    std::fs::write(www.join("404.html"), "<p>gone</p>".repeat(200)).expect("404 page");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"1 KiB\"\n",
+    )
+    .expect("config");
+    let (child, addr) = serve_in(dir.path(), &["--listen", "127.0.0.1:0"]);
+    let reply = get(&addr, "/missing");
+    assert!(reply.starts_with("HTTP/1.1 404 "), "{reply}");
+    assert!(!reply.contains("<p>gone</p>"), "{reply}");
+    let log = stop(child);
+    assert!(
+        log.contains("404.html is larger than max_file_size") && log.contains("size=2200"),
+        "{log}"
+    );
+    // Within the limit, it is the page.
+    std::fs::write(www.join("404.html"), "<p>gone</p>").expect("404 page");
+    let (child, addr) = serve_in(dir.path(), &["--listen", "127.0.0.1:0"]);
+    let reply = get(&addr, "/missing");
+    assert!(reply.contains("<p>gone</p>"), "{reply}");
+    let log = stop(child);
+    assert!(!log.contains("larger than max_file_size"), "{log}");
+}

@@ -281,6 +281,109 @@ async fn a_file_that_shrinks_while_it_is_sent_ends_the_connection_short() -> Res
     Ok(())
 }
 
+/// Writes other contents (from `seed`) over the file at `path`, in place:
+/// the same inode and size, as `cp` over an existing file or an editor
+/// that rewrites does.
+fn rewrite_in_place(path: &std::path::Path, len: usize, seed: u32) -> Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
+    file.write_all(&contents(len, seed))?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_file_rewritten_in_place_while_it_is_sent_is_cut_off() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    let len = HUGE;
+    let (server, mut stream, path) = downloading(&site, 7, "").await?;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    while got.len() < 100_000 {
+        let n = stream.read(&mut buf).await?;
+        ensure!(n > 0, "closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    ensure!(sent_by_kernel(&server) == 1, "not sent by sendfile");
+    rewrite_in_place(&path, len, 8)?;
+    got.extend(read_until_ended(&mut stream, Duration::from_secs(20)).await?);
+    let head_end = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("head")?;
+    let body = &got[head_end + 4..];
+    ensure!(
+        body.len() < len,
+        "a file rewritten in place arrived whole ({} bytes, {} of them the old version's)",
+        body.len(),
+        body.iter()
+            .zip(contents(len, 7))
+            .take_while(|(a, b)| **a == *b)
+            .count()
+    );
+    // The next answer is the new version, whole.
+    let r = server.get("/huge.bin").await?;
+    ensure!(r.body[..] == contents(len, 8)[..], "the new version");
+    Ok(())
+}
+
+/// The same over HTTP/2, whose file bodies are read in chunks: the stream
+/// is reset, never ended as if complete.
+#[tokio::test]
+async fn an_http2_download_of_a_file_rewritten_in_place_is_reset() -> Result<()> {
+    use swan_tests::h2raw::{self, H2Conn, flag, kind};
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    let len = 8 << 20;
+    let path = site.file("www/big.bin", contents(len, 9))?;
+    let server = server(&site, "").await?;
+    let mut conn = H2Conn::open(server.addr()).await?;
+    conn.send(&h2raw::frame(
+        kind::HEADERS,
+        flag::END_HEADERS | flag::END_STREAM,
+        1,
+        &h2raw::get_headers("/big.bin", "a"),
+    ))
+    .await;
+    // The first window's worth (64 KiB), then the file changes.
+    let mut data = 0usize;
+    while data < 60_000 {
+        let f = conn
+            .wait_for(Duration::from_secs(5), |f| f.kind == kind::DATA)
+            .await
+            .context("no data")?;
+        data += f.payload.len();
+    }
+    rewrite_in_place(&path, len, 10)?;
+    // All the window the rest needs, for the stream and the connection.
+    let more = 0x7fff_0000u32.to_be_bytes();
+    conn.send(&h2raw::frame(kind::WINDOW_UPDATE, 0, 0, &more))
+        .await;
+    conn.send(&h2raw::frame(kind::WINDOW_UPDATE, 0, 1, &more))
+        .await;
+    let end = loop {
+        let f = conn
+            .wait_for(Duration::from_secs(10), |f| {
+                f.stream == 1 && (f.kind == kind::DATA || f.kind == kind::RST_STREAM)
+            })
+            .await
+            .context("neither the end nor a reset")?;
+        if f.kind == kind::RST_STREAM {
+            break f;
+        }
+        data += f.payload.len();
+        ensure!(
+            f.flags & flag::END_STREAM == 0,
+            "the stream ended as if complete after {data} bytes"
+        );
+    };
+    ensure!(end.kind == kind::RST_STREAM && data < len, "{data} bytes");
+    // The connection and the server carry on.
+    let r = server.get("/big.bin").await?;
+    ensure!(r.body[..] == contents(len, 10)[..], "the new version");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_client_that_stops_reading_a_sendfile_response_is_dropped() -> Result<()> {
     swan_tests::init_logs();

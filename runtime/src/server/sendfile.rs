@@ -66,6 +66,10 @@ pub(crate) trait Target {
     ) -> Poll<io::Result<usize>> {
         Poll::Ready(Err(io::Error::from(io::ErrorKind::Unsupported)))
     }
+
+    /// Makes closing the connection a reset, which drops what its socket
+    /// has not sent yet.
+    fn reset_on_close(&self) {}
 }
 
 impl Target for TcpStream {
@@ -87,6 +91,10 @@ impl Target for TcpStream {
                 other => return Poll::Ready(other),
             }
         }
+    }
+
+    fn reset_on_close(&self) {
+        let _ = socket2::SockRef::from(self).set_linger(Some(std::time::Duration::ZERO));
     }
 }
 
@@ -276,6 +284,16 @@ impl Sender {
                             io::ErrorKind::UnexpectedEof,
                             "file shrank while it was being sent",
                         )));
+                    }
+                    // Checked after each send: a change before or during it
+                    // shows. What was sent may hold new bytes; a reset
+                    // (not a clean close) drops what the socket still
+                    // holds, and the client never sees the answer end.
+                    if let Some(stamp) = &range.stamp
+                        && let Err(e) = stamp.unchanged(&range.file)
+                    {
+                        stream.reset_on_close();
+                        return Poll::Ready(Err(e));
                     }
                     range.offset += n as u64;
                     n

@@ -135,6 +135,15 @@ impl SiteCache {
         })?;
         let mut cache = loader.cache;
         cache.built_with = (site.cache_control.clone(), site.cache);
+        if let Some(Resource::Disk(page)) = cache.files.get("/404.html") {
+            // Missing paths are answered from memory only.
+            tracing::warn!(
+                site = %site.name,
+                size = page.rep.len,
+                max_file_size = site.cache.max_file_size,
+                "the site's 404.html is larger than max_file_size: missing paths get the built-in page (raise max_file_size, or make the page smaller)"
+            );
+        }
         if let Some(Resource::Memory(page)) = cache.files.get("/404.html") {
             let mut headers = page.identity.rep.headers.clone();
             for name in [

@@ -168,7 +168,7 @@ async fn from_disk<B>(
     let body = if head {
         Body::empty()
     } else {
-        Body::file_holding(opened, start, len, place)
+        Body::file_holding(opened, start, len, place, Some(FileStamp::from_meta(&meta)))
     };
     Ok(match partial_range {
         Some((s, e)) => partial(rep, s, e, body),
