@@ -762,3 +762,91 @@ fn a_second_stop_signal_during_the_drain_exits_at_once() {
     let log = log.lock().expect("log").join("\n");
     assert!(log.contains("stop signal during the drain"), "{log}");
 }
+
+/// Reads the datagrams swan sends to the socket standing in for systemd's
+/// (`NOTIFY_SOCKET`) until one holds `want`; every one read goes to `seen`.
+fn notified(
+    socket: &std::os::unix::net::UnixDatagram,
+    want: &str,
+    seen: &mut Vec<String>,
+) -> String {
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < Duration::from_secs(60) {
+        let Ok(n) = socket.recv(&mut buf) else {
+            continue;
+        };
+        let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+        seen.push(message.clone());
+        if message.lines().any(|l| l == want || l.starts_with(want)) {
+            return message;
+        }
+    }
+    panic!("systemd was not told {want:?}; it was told {seen:?}");
+}
+
+/// Under systemd (`Type=notify` or `notify-reload`): READY=1 once serving;
+/// RELOADING=1 with the monotonic time, then READY=1, around a SIGHUP; on
+/// SIGUSR2 the old process names the new one as MAINPID= once it serves
+/// (and never says STOPPING=1, which would stop the unit); STOPPING=1 when
+/// the new one is stopped.
+#[test]
+fn systemd_is_told_ready_reloading_the_new_main_pid_and_stopping() {
+    let dir = site();
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let path = dir.path().join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&path).expect("notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let mut command = swan();
+    command.env("NOTIFY_SOCKET", &path);
+    let mut old = start_program(command, dir.path(), &["--config", "swan.toml"], false);
+    let (_log, rx) = log_lines(old.child.stderr.take().expect("stderr"));
+    let old_pid = old.child.id();
+    let mut seen = Vec::new();
+    notified(&socket, "READY=1", &mut seen);
+
+    signal("-HUP", old_pid);
+    let reloading = notified(&socket, "RELOADING=1", &mut seen);
+    assert!(reloading.contains("MONOTONIC_USEC="), "{reloading:?}");
+    notified(&socket, "READY=1", &mut seen);
+    wait_line(&rx, "SIGHUP received", Duration::from_secs(10));
+
+    signal("-USR2", old_pid);
+    let main_pid = notified(&socket, "MAINPID=", &mut seen);
+    let new_pid: u32 = main_pid
+        .lines()
+        .find_map(|l| l.strip_prefix("MAINPID="))
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {main_pid:?}"));
+    assert_ne!(new_pid, old_pid);
+    assert!(alive(new_pid), "the new process runs");
+    let status = wait_exit(&mut old.child, Duration::from_secs(30)).expect("old process exits");
+    assert!(status.success(), "old process: {status}");
+    assert!(
+        !seen.iter().any(|m| m.contains("STOPPING=1")),
+        "the old process said it was stopping: {seen:?}"
+    );
+    // The new process said READY=1 too (accepted once it is the main one).
+    let ready_count = seen.iter().filter(|m| m.contains("READY=1")).count();
+    if ready_count < 3 {
+        notified(&socket, "READY=1", &mut seen);
+    }
+    assert!(
+        TcpStream::connect(&old.urls[0]).is_ok(),
+        "the new process serves"
+    );
+
+    signal("-TERM", new_pid);
+    notified(&socket, "STOPPING=1", &mut seen);
+    let started = Instant::now();
+    while alive(new_pid) && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive(new_pid), "the new process stopped");
+}

@@ -1,5 +1,6 @@
 //! The `swan` binary's commands (not part of the library): `serve.rs`,
-//! `check.rs` and `new.rs`, with what they share.
+//! `check.rs` and `new.rs`, with what they share (and `systemd.rs`, what
+//! `serve` tells a service manager).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub(crate) mod check;
 pub(crate) mod new;
 pub(crate) mod serve;
+mod systemd;
 
 /// `n` bytes for people: "512 B", "1.5 MiB".
 pub(crate) fn human_bytes(n: u64) -> String {

@@ -12,7 +12,7 @@ use swan::server::handover::{Handover, Inherited, ReadyReport};
 use swan::site::Sites;
 use swan::{App, Config, Overrides};
 
-use super::{errln, human_bytes, outln};
+use super::{errln, human_bytes, outln, systemd};
 
 pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> {
     let started = Instant::now();
@@ -174,10 +174,14 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         if let Some(report) = ready_report {
             tokio::spawn(report_when_ready(app.observe.clone(), report));
         }
+        tokio::spawn(notify_when_ready(app.observe.clone()));
         let observe = app.observe.clone();
         let shutdown = async move {
             tokio::select! {
-                () = stop.recv() => drain_grace(&observe, grace, &mut stop).await,
+                () = stop.recv() => {
+                    systemd::stopping();
+                    drain_grace(&observe, grace, &mut stop).await;
+                }
                 () = upgrade_on_sigusr2(handover, signals.usr2) => {
                     // The successor accepts on the same sockets (admin
                     // included): stop at once, no grace needed.
@@ -259,6 +263,7 @@ async fn upgrade_on_sigusr2(handover: Handover, usr2: Option<Signal>) {
         };
         match started {
             Ok(successor) => {
+                systemd::handed_over(successor.pid);
                 tracing::info!(
                     pid = successor.pid,
                     "upgrade: new process {} is ready; this one stops accepting and drains",
@@ -275,6 +280,14 @@ async fn upgrade_on_sigusr2(handover: Handover, usr2: Option<Signal>) {
     std::future::pending().await
 }
 
+/// Tells systemd that this process serves, once it does.
+async fn notify_when_ready(observe: Arc<swan::observe::Observe>) {
+    while observe.readiness() != swan::observe::Readiness::Ready {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    systemd::ready();
+}
+
 /// Tells the process this one replaces that it is ready, once it is.
 async fn report_when_ready(observe: Arc<swan::observe::Observe>, report: ReadyReport) {
     while observe.readiness() != swan::observe::Readiness::Ready {
@@ -287,7 +300,11 @@ async fn report_when_ready(observe: Arc<swan::observe::Observe>, report: ReadyRe
 async fn reload_on_sighup(reloader: Arc<Reloader>, mut hup: Signal) {
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP received: reading the configuration again");
-        reloader.reload_config();
+        systemd::reloading();
+        let done = reloader.reload_config_reported();
+        // Ready again once the configuration is read (applied or refused).
+        let _ = tokio::task::spawn_blocking(move || done.recv()).await;
+        systemd::ready();
     }
 }
 

@@ -87,7 +87,16 @@ impl Reloader {
 
     /// Reads the configuration again (SIGHUP).
     pub fn reload_config(&self) {
-        let _ = self.tx.send(Msg::Config);
+        let _ = self.tx.send(Msg::Config(None));
+    }
+
+    /// [`Reloader::reload_config`], and hears on the receiver once the
+    /// configuration was read and applied or refused (or, if hot reload
+    /// has stopped, that it never will be: the sender is gone).
+    pub fn reload_config_reported(&self) -> mpsc::Receiver<()> {
+        let (done, heard) = mpsc::channel();
+        let _ = self.tx.send(Msg::Config(Some(done)));
+        heard
     }
 
     /// Stops watching; a source build running now (it could run for
@@ -192,7 +201,7 @@ fn run(
                 // The configuration's new target is watched only now: one
                 // changed since it was read is read again.
                 if reloaded && config_file.and_then(crate::file_stamp::FileStamp::of) != read {
-                    let _ = tx.send(Msg::Config);
+                    let _ = tx.send(Msg::Config(None));
                 }
             }
             if reloaded {
@@ -210,6 +219,9 @@ fn run(
         }));
         if applied.is_err() {
             tracing::error!("reload panicked; the previous state keeps serving");
+        }
+        for waiter in batch.config_waiters.drain(..) {
+            let _ = waiter.send(());
         }
     }
 }

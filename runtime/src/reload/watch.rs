@@ -33,7 +33,8 @@ pub enum ReloadError {
 
 pub(super) enum Msg {
     Fs(notify::Result<notify::Event>),
-    Config,
+    /// Read the configuration again; then say so on the sender, if any.
+    Config(Option<std::sync::mpsc::Sender<()>>),
     /// Cranelift finished compiling a servlet that went live on the
     /// baseline compiler.
     TierUp {
@@ -296,6 +297,9 @@ impl Watched {
 #[derive(Default)]
 pub(super) struct Batch {
     pub(super) config: bool,
+    /// Who asked for the configuration to be read again and waits to hear
+    /// that it was (whatever came of it).
+    pub(super) config_waiters: Vec<std::sync::mpsc::Sender<()>>,
     pub(super) sites: Vec<Refresh>,
     /// `.wasm` files of a servlets folder written to (`true`) or closed
     /// after writing (`false`), with their site, in the order they came: a
@@ -320,8 +324,9 @@ impl Batch {
 
     pub(super) fn add(&mut self, msg: Msg, watched: &Watched) {
         let event = match msg {
-            Msg::Config => {
+            Msg::Config(waiter) => {
                 self.config = true;
+                self.config_waiters.extend(waiter);
                 return;
             }
             Msg::Stop | Msg::TierUp { .. } | Msg::Tick => return,
