@@ -418,6 +418,16 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
                 "mark one: listen = [\"127.0.0.1:8080\", { addr = \"0.0.0.0:8443\", tls = true }]",
             );
         }
+        if tls.redirect_http
+            && config.server.listen.iter().any(|l| l.tls)
+            && config.server.listen.iter().all(|l| l.tls)
+        {
+            finding(
+                At::Tls,
+                "redirect_http = true, but every listener has tls = true: there is no plain listener to redirect from".to_owned(),
+                "add one, listen = [\"0.0.0.0:80\", { addr = \"0.0.0.0:443\", tls = true }], or drop redirect_http",
+            );
+        }
     }
     found
 }
