@@ -15,7 +15,7 @@ use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use tokio::io::{AsyncReadExt, Take};
 
-use crate::file_stamp::FileStamp;
+use crate::file_stamp::OpenStamp;
 
 /// Size of the chunks a large file is read in.
 pub const FILE_CHUNK_BYTES: usize = 64 << 10;
@@ -113,7 +113,7 @@ pub(crate) struct FileRange {
     pub(crate) len: u64,
     /// The file as it was opened, when a change while it is sent must cut
     /// the answer off.
-    pub(crate) stamp: Option<FileStamp>,
+    pub(crate) stamp: Option<OpenStamp>,
 }
 
 /// A response body.
@@ -138,7 +138,7 @@ struct FileBody {
     seeking: bool,
     /// The file as its answer's headers describe it: a change seen
     /// between two reads ends the body with an error.
-    stamp: Option<FileStamp>,
+    stamp: Option<OpenStamp>,
     /// A place the file holds (among its connection's open files) until
     /// the body is dropped.
     _place: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -192,7 +192,7 @@ impl Body {
         start: u64,
         len: u64,
         place: Option<tokio::sync::OwnedSemaphorePermit>,
-        stamp: Option<FileStamp>,
+        stamp: Option<OpenStamp>,
     ) -> Body {
         Body {
             kind: Kind::File(Box::new(FileBody {

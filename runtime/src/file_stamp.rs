@@ -53,37 +53,46 @@ impl FileStamp {
     }
 }
 
-impl FileStamp {
-    /// The stamp of an open file (`fstat`): what [`FileStamp::from_meta`]
-    /// gives for the same file.
+/// What a file being sent must keep for its answer to stay one version:
+/// its size and modification time, and its change time unless its link
+/// count moved too. A write in place moves the modification time, and the
+/// change time, which nobody can set back (`cp -p` over it, a `touch -d`).
+/// A rename over the path, a deletion or a new hard link moves the change
+/// time and the link count without touching a byte: the answer goes on
+/// with the file it opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OpenStamp {
+    len: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    nlink: u64,
+}
+
+impl OpenStamp {
+    /// The stamp of an open file (`fstat`).
     #[allow(
-        clippy::unnecessary_fallible_conversions,
         clippy::unnecessary_cast,
         reason = "the fields' types differ between architectures"
     )]
-    pub(crate) fn of_open(file: impl std::os::fd::AsFd) -> std::io::Result<FileStamp> {
+    pub(crate) fn of(file: impl std::os::fd::AsFd) -> std::io::Result<OpenStamp> {
         let st = rustix::fs::fstat(file)?;
-        // As std's `modified()`: a time before the epoch counts as 0.
-        let mtime_ns = match (
-            u128::try_from(st.st_mtime),
-            u128::try_from(st.st_mtime_nsec),
-        ) {
-            (Ok(secs), Ok(nanos)) => secs * 1_000_000_000 + nanos,
-            _ => 0,
-        };
-        Ok(FileStamp {
-            len: u64::try_from(st.st_size).unwrap_or(0),
-            mtime_ns,
-            dev: st.st_dev,
-            ino: st.st_ino,
-            ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec as i64),
+        Ok(OpenStamp {
+            len: st.st_size as i64,
+            mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+            ctime: (st.st_ctime as i64, st.st_ctime_nsec as i64),
+            nlink: st.st_nlink as u64,
         })
     }
 
-    /// Whether the open `file` is still as this stamp says: an error
-    /// ([`FileChanged`]) if it was written to, truncated or grew since.
+    /// Whether the open `file` still holds what it held when this stamp was
+    /// taken: an error ([`FileChanged`]) if it was written to, truncated
+    /// or grew since.
     pub(crate) fn unchanged(&self, file: impl std::os::fd::AsFd) -> std::io::Result<()> {
-        if FileStamp::of_open(file)? == *self {
+        let now = OpenStamp::of(file)?;
+        let same = now.len == self.len
+            && now.mtime == self.mtime
+            && (now.ctime == self.ctime || now.nlink != self.nlink);
+        if same {
             Ok(())
         } else {
             Err(std::io::Error::other(FileChanged))
@@ -109,22 +118,45 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    fn open(path: &Path) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("open")
+    }
+
     #[test]
-    fn an_open_files_stamp_matches_its_metadata_and_sees_a_write_in_place() {
+    fn a_write_in_place_changes_an_open_files_stamp_and_a_rename_over_it_does_not() {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("f");
         std::fs::write(&path, b"one version").expect("write");
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .expect("open");
-        let stamp = FileStamp::of_open(&file).expect("fstat");
-        assert_eq!(stamp, FileStamp::from_meta(&file.metadata().expect("meta")));
+        let mut file = open(&path);
+        // An old time, as a copy keeping its date has: the write below
+        // moves it whatever the clock's grain.
+        file.set_modified(UNIX_EPOCH + std::time::Duration::from_secs(1_000_000))
+            .expect("set mtime");
+        let stamp = OpenStamp::of(&file).expect("fstat");
         assert!(stamp.unchanged(&file).is_ok());
         // The same length, other bytes.
         file.write_all(b"two").expect("write in place");
         let e = stamp.unchanged(&file).expect_err("a write in place");
         assert!(e.get_ref().is_some_and(|inner| inner.is::<FileChanged>()));
+
+        // Renamed over, linked again, then deleted: its bytes are the same.
+        let file = open(&path);
+        let stamp = OpenStamp::of(&file).expect("fstat");
+        std::fs::write(dir.path().join("new"), b"another version").expect("new");
+        std::fs::rename(dir.path().join("new"), &path).expect("rename over");
+        assert!(stamp.unchanged(&file).is_ok(), "renamed over");
+        let other = dir.path().join("g");
+        std::fs::write(&other, b"third").expect("g");
+        let file = open(&other);
+        let stamp = OpenStamp::of(&file).expect("fstat");
+        std::fs::hard_link(&other, dir.path().join("h")).expect("link");
+        assert!(stamp.unchanged(&file).is_ok(), "linked");
+        std::fs::remove_file(&other).expect("rm");
+        std::fs::remove_file(dir.path().join("h")).expect("rm");
+        assert!(stamp.unchanged(&file).is_ok(), "deleted");
     }
 }

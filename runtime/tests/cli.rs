@@ -1038,6 +1038,7 @@ fn a_404_page_over_max_file_size_is_named_in_the_log() {
         log.contains("404.html is larger than max_file_size") && log.contains("size=2200"),
         "{log}"
     );
+    assert!(log.matches("404.html is").count() == 1, "{log}");
     // Within the limit, it is the page.
     std::fs::write(www.join("404.html"), "<p>gone</p>").expect("404 page");
     let (child, addr) = serve_in(dir.path(), &["--listen", "127.0.0.1:0"]);

@@ -828,6 +828,11 @@ fn systemd_is_told_ready_reloading_the_new_main_pid_and_stopping() {
     assert!(alive(new_pid), "the new process runs");
     let status = wait_exit(&mut old.child, Duration::from_secs(30)).expect("old process exits");
     assert!(status.success(), "old process: {status}");
+    // Everything the old process said, to its end, has arrived: read it.
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = socket.recv(&mut buf) {
+        seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
     assert!(
         !seen.iter().any(|m| m.contains("STOPPING=1")),
         "the old process said it was stopping: {seen:?}"

@@ -306,7 +306,23 @@ async fn a_file_rewritten_in_place_while_it_is_sent_is_cut_off() -> Result<()> {
     }
     ensure!(sent_by_kernel(&server) == 1, "not sent by sendfile");
     rewrite_in_place(&path, len, 8)?;
-    got.extend(read_until_ended(&mut stream, Duration::from_secs(20)).await?);
+    // A reset, not a clean end: the client must not take what came for
+    // the whole answer.
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) => return Ok(()),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => return Err(e.kind()),
+            }
+        }
+    })
+    .await
+    .context("the connection stayed open")?;
+    ensure!(
+        ended == Err(std::io::ErrorKind::ConnectionReset),
+        "the cut-off answer ended with {ended:?}, not a reset"
+    );
     let head_end = got
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -324,6 +340,53 @@ async fn a_file_rewritten_in_place_while_it_is_sent_is_cut_off() -> Result<()> {
     // The next answer is the new version, whole.
     let r = server.get("/huge.bin").await?;
     ensure!(r.body[..] == contents(len, 8)[..], "the new version");
+    Ok(())
+}
+
+/// A new version renamed over the path, as a deploy should do it, leaves
+/// the download under way whole: it goes on with the file it opened (whose
+/// change time a rename moves), and the next request gets the new one.
+#[tokio::test]
+async fn a_file_renamed_over_while_it_is_sent_is_sent_whole() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    let len = HUGE;
+    let (server, mut stream, path) = downloading(&site, 11, "").await?;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    while got.len() < 100_000 {
+        let n = stream.read(&mut buf).await?;
+        ensure!(n > 0, "closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let new = site.file("www/huge.bin.new", contents(len, 12))?;
+    std::fs::rename(&new, &path)?;
+    let head_end = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("head")?;
+    let want = head_end + 4 + len;
+    let read_all = tokio::time::timeout(Duration::from_secs(30), async {
+        while got.len() < want {
+            let n = stream.read(&mut buf).await?;
+            ensure!(n > 0, "ended after {} of {want} bytes", got.len());
+            got.extend_from_slice(&buf[..n]);
+        }
+        Ok(())
+    });
+    read_all.await.context("the download stalled")??;
+    ensure!(
+        got[head_end + 4..] == contents(len, 11)[..],
+        "not the old version whole"
+    );
+    // Kept alive, and the next answer is the new version.
+    stream
+        .write_all(b"GET /huge.bin HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await?;
+    let mut next = Vec::new();
+    let r = read_response(&mut stream, &mut next).await?;
+    ensure!(r.body[..] == contents(len, 12)[..], "the new version");
+    drop(server);
     Ok(())
 }
 

@@ -165,9 +165,12 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
     let grace = config.server.drain_grace;
     let access_log = app.observe.access_log.clone();
     let served = runtime.block_on(async {
-        if let (Some(r), Some(hup)) = (reloader.clone(), signals.hup.take()) {
-            tokio::spawn(reload_on_sighup(r, hup));
-        }
+        // Stopped when a stop begins: a reload then would tell systemd
+        // READY=1 after STOPPING=1.
+        let reloading = match (reloader.clone(), signals.hup.take()) {
+            (Some(r), Some(hup)) => Some(tokio::spawn(reload_on_sighup(r, hup)).abort_handle()),
+            _ => None,
+        };
         if let (Some(log), Some(usr1)) = (app.observe.access_log.clone(), signals.usr1.take()) {
             tokio::spawn(reopen_on_sigusr1(log, usr1));
         }
@@ -179,6 +182,9 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         let shutdown = async move {
             tokio::select! {
                 () = stop.recv() => {
+                    if let Some(reloading) = &reloading {
+                        reloading.abort();
+                    }
                     systemd::stopping();
                     drain_grace(&observe, grace, &mut stop).await;
                 }
@@ -301,9 +307,8 @@ async fn reload_on_sighup(reloader: Arc<Reloader>, mut hup: Signal) {
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP received: reading the configuration again");
         systemd::reloading();
-        let done = reloader.reload_config_reported();
         // Ready again once the configuration is read (applied or refused).
-        let _ = tokio::task::spawn_blocking(move || done.recv()).await;
+        let _ = reloader.reload_config_reported().await;
         systemd::ready();
     }
 }

@@ -93,8 +93,8 @@ impl Reloader {
     /// [`Reloader::reload_config`], and hears on the receiver once the
     /// configuration was read and applied or refused (or, if hot reload
     /// has stopped, that it never will be: the sender is gone).
-    pub fn reload_config_reported(&self) -> mpsc::Receiver<()> {
-        let (done, heard) = mpsc::channel();
+    pub fn reload_config_reported(&self) -> tokio::sync::oneshot::Receiver<()> {
+        let (done, heard) = tokio::sync::oneshot::channel();
         let _ = self.tx.send(Msg::Config(Some(done)));
         heard
     }

@@ -34,7 +34,7 @@ pub enum ReloadError {
 pub(super) enum Msg {
     Fs(notify::Result<notify::Event>),
     /// Read the configuration again; then say so on the sender, if any.
-    Config(Option<std::sync::mpsc::Sender<()>>),
+    Config(Option<tokio::sync::oneshot::Sender<()>>),
     /// Cranelift finished compiling a servlet that went live on the
     /// baseline compiler.
     TierUp {
@@ -299,7 +299,7 @@ pub(super) struct Batch {
     pub(super) config: bool,
     /// Who asked for the configuration to be read again and waits to hear
     /// that it was (whatever came of it).
-    pub(super) config_waiters: Vec<std::sync::mpsc::Sender<()>>,
+    pub(super) config_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
     pub(super) sites: Vec<Refresh>,
     /// `.wasm` files of a servlets folder written to (`true`) or closed
     /// after writing (`false`), with their site, in the order they came: a

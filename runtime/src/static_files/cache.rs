@@ -136,13 +136,25 @@ impl SiteCache {
         let mut cache = loader.cache;
         cache.built_with = (site.cache_control.clone(), site.cache);
         if let Some(Resource::Disk(page)) = cache.files.get("/404.html") {
-            // Missing paths are answered from memory only.
-            tracing::warn!(
-                site = %site.name,
-                size = page.rep.len,
-                max_file_size = site.cache.max_file_size,
-                "the site's 404.html is larger than max_file_size: missing paths get the built-in page (raise max_file_size, or make the page smaller)"
+            // Missing paths are answered from memory only. Said when the
+            // page is new or changed, not at every reload of the site.
+            let said_before = matches!(
+                previous.and_then(|p| p.files.get("/404.html")),
+                Some(Resource::Disk(before)) if Arc::ptr_eq(before, page)
             );
+            if !said_before {
+                let why = if page.rep.len > site.cache.max_file_size {
+                    "larger than max_file_size (raise it, or make the page smaller)"
+                } else {
+                    "not held in memory: the cache's budget is used up (raise `budget` in [site.cache])"
+                };
+                tracing::warn!(
+                    site = %site.name,
+                    size = page.rep.len,
+                    max_file_size = site.cache.max_file_size,
+                    "the site's 404.html is {why}: missing paths get the built-in page"
+                );
+            }
         }
         if let Some(Resource::Memory(page)) = cache.files.get("/404.html") {
             let mut headers = page.identity.rep.headers.clone();

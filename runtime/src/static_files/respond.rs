@@ -168,7 +168,10 @@ async fn from_disk<B>(
     let body = if head {
         Body::empty()
     } else {
-        Body::file_holding(opened, start, len, place, Some(FileStamp::from_meta(&meta)))
+        // Taken from the file opened: the check after each read compares
+        // like with like.
+        let stamp = crate::file_stamp::OpenStamp::of(&opened).ok();
+        Body::file_holding(opened, start, len, place, stamp)
     };
     Ok(match partial_range {
         Some((s, e)) => partial(rep, s, e, body),
