@@ -247,12 +247,9 @@ async fn downloading(
     Ok((server, stream, path))
 }
 
-#[tokio::test]
-async fn a_file_that_shrinks_while_it_is_sent_ends_the_connection_short() -> Result<()> {
-    swan_tests::init_logs();
-    let site = TestSite::new()?;
-    let len = HUGE;
-    let (server, mut stream, path) = downloading(&site, 3, "").await?;
+/// The first 100,000 bytes or more of a download under way: its head and
+/// the start of its body, while the server is still sending.
+async fn started(stream: &mut TcpStream) -> Result<Vec<u8>> {
     let mut got = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
     while got.len() < 100_000 {
@@ -260,6 +257,23 @@ async fn a_file_that_shrinks_while_it_is_sent_ends_the_connection_short() -> Res
         ensure!(n > 0, "closed early");
         got.extend_from_slice(&buf[..n]);
     }
+    Ok(got)
+}
+
+/// Where a response's head ends in `got` (its blank line).
+fn head_end(got: &[u8]) -> Result<usize> {
+    got.windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("head")
+}
+
+#[tokio::test]
+async fn a_file_that_shrinks_while_it_is_sent_ends_the_connection_short() -> Result<()> {
+    swan_tests::init_logs();
+    let site = TestSite::new()?;
+    let len = HUGE;
+    let (server, mut stream, path) = downloading(&site, 3, "").await?;
+    let mut got = started(&mut stream).await?;
     ensure!(sent_by_kernel(&server) == 1, "not sent by sendfile");
     // Cut in place (the same inode): the kernel has no more to send.
     std::fs::OpenOptions::new()
@@ -267,10 +281,7 @@ async fn a_file_that_shrinks_while_it_is_sent_ends_the_connection_short() -> Res
         .open(&path)?
         .set_len(1 << 20)?;
     got.extend(read_until_ended(&mut stream, Duration::from_secs(20)).await?);
-    let head_end = got
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .context("head")?;
+    let head_end = head_end(&got)?;
     let body = got.len() - head_end - 4;
     ensure!(body < len, "a shrunk file was sent whole ({body} bytes)");
     // What did arrive is the file's start.
@@ -297,13 +308,8 @@ async fn a_file_rewritten_in_place_while_it_is_sent_is_cut_off() -> Result<()> {
     let site = TestSite::new()?;
     let len = HUGE;
     let (server, mut stream, path) = downloading(&site, 7, "").await?;
-    let mut got = Vec::new();
+    let mut got = started(&mut stream).await?;
     let mut buf = vec![0u8; 64 << 10];
-    while got.len() < 100_000 {
-        let n = stream.read(&mut buf).await?;
-        ensure!(n > 0, "closed early");
-        got.extend_from_slice(&buf[..n]);
-    }
     ensure!(sent_by_kernel(&server) == 1, "not sent by sendfile");
     rewrite_in_place(&path, len, 8)?;
     // A reset, not a clean end: the client must not take what came for
@@ -323,10 +329,7 @@ async fn a_file_rewritten_in_place_while_it_is_sent_is_cut_off() -> Result<()> {
         ended == Err(std::io::ErrorKind::ConnectionReset),
         "the cut-off answer ended with {ended:?}, not a reset"
     );
-    let head_end = got
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .context("head")?;
+    let head_end = head_end(&got)?;
     let body = &got[head_end + 4..];
     ensure!(
         body.len() < len,
@@ -352,19 +355,11 @@ async fn a_file_renamed_over_while_it_is_sent_is_sent_whole() -> Result<()> {
     let site = TestSite::new()?;
     let len = HUGE;
     let (server, mut stream, path) = downloading(&site, 11, "").await?;
-    let mut got = Vec::new();
+    let mut got = started(&mut stream).await?;
     let mut buf = vec![0u8; 64 << 10];
-    while got.len() < 100_000 {
-        let n = stream.read(&mut buf).await?;
-        ensure!(n > 0, "closed early");
-        got.extend_from_slice(&buf[..n]);
-    }
     let new = site.file("www/huge.bin.new", contents(len, 12))?;
     std::fs::rename(&new, &path)?;
-    let head_end = got
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .context("head")?;
+    let head_end = head_end(&got)?;
     let want = head_end + 4 + len;
     let read_all = tokio::time::timeout(Duration::from_secs(30), async {
         while got.len() < want {
