@@ -165,8 +165,9 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
     let grace = config.server.drain_grace;
     let access_log = app.observe.access_log.clone();
     let served = runtime.block_on(async {
-        // Stopped when a stop begins: a reload then would tell systemd
-        // READY=1 after STOPPING=1.
+        // Stopped when a stop or an upgrade begins: a reload then would
+        // tell systemd READY=1 after STOPPING=1, or speak for a process
+        // that no longer is the service's.
         let reloading = match (reloader.clone(), signals.hup.take()) {
             (Some(r), Some(hup)) => Some(tokio::spawn(reload_on_sighup(r, hup)).abort_handle()),
             _ => None,
@@ -189,6 +190,10 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
                     drain_grace(&observe, grace, &mut stop).await;
                 }
                 () = upgrade_on_sigusr2(handover, signals.usr2) => {
+                    // The new process answers systemd from now on.
+                    if let Some(reloading) = &reloading {
+                        reloading.abort();
+                    }
                     // The successor accepts on the same sockets (admin
                     // included): stop at once, no grace needed.
                     if let Some(admin) = admin.as_mut() {
