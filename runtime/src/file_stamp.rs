@@ -84,6 +84,18 @@ impl OpenStamp {
         })
     }
 
+    /// The stamp from the open file's metadata, as [`OpenStamp::of`] gives
+    /// it (no second `fstat` where the metadata is at hand).
+    pub(crate) fn from_meta(meta: &std::fs::Metadata) -> OpenStamp {
+        use std::os::unix::fs::MetadataExt;
+        OpenStamp {
+            len: i64::try_from(meta.size()).unwrap_or(i64::MAX),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+            nlink: meta.nlink(),
+        }
+    }
+
     /// Whether the open `file` still holds what it held when this stamp was
     /// taken: an error ([`FileChanged`]) if it was written to, truncated
     /// or grew since.
@@ -137,6 +149,10 @@ mod tests {
         file.set_modified(UNIX_EPOCH + std::time::Duration::from_secs(1_000_000))
             .expect("set mtime");
         let stamp = OpenStamp::of(&file).expect("fstat");
+        assert_eq!(
+            stamp,
+            OpenStamp::from_meta(&file.metadata().expect("metadata"))
+        );
         assert!(stamp.unchanged(&file).is_ok());
         // The same length, other bytes.
         file.write_all(b"two").expect("write in place");

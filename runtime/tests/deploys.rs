@@ -160,6 +160,17 @@ fn load_paths(
     (done, failed)
 }
 
+/// Writes `servlets/NAME.wasm` under `dir` from WAT (making the folder).
+fn servlet(dir: &std::path::Path, name: &str, wat: &str) {
+    let folder = dir.join("servlets");
+    std::fs::create_dir_all(&folder).expect("servlets");
+    std::fs::write(
+        folder.join(format!("{name}.wasm")),
+        wat::parse_str(wat).expect(name),
+    )
+    .expect(name);
+}
+
 /// Collects the process's log lines (its stderr, shared with the
 /// processes it starts).
 fn log_lines(
@@ -254,17 +265,8 @@ fn alive(pid: u32) -> bool {
 #[test]
 fn sigusr2_upgrades_the_binary_under_load_without_a_failed_request() {
     let dir = site();
-    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
-    std::fs::write(
-        dir.path().join("servlets/hello.wasm"),
-        wat::parse_str(HELLO).expect("hello"),
-    )
-    .expect("hello");
-    std::fs::write(
-        dir.path().join("servlets/slow.wasm"),
-        wat::parse_str(SLOW).expect("slow"),
-    )
-    .expect("slow");
+    servlet(dir.path(), "hello", HELLO);
+    servlet(dir.path(), "slow", SLOW);
     std::fs::write(
         dir.path().join("swan.toml"),
         "[server]\nlisten = [\"127.0.0.1:0\"]\ndrain_timeout = \"20s\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
@@ -642,12 +644,7 @@ fn a_stop_does_not_wait_for_a_reload_under_way() {
 #[test]
 fn sigusr2_takes_an_embedded_store_over_without_a_failed_or_lost_increment() {
     let dir = site();
-    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
-    std::fs::write(
-        dir.path().join("servlets/count.wasm"),
-        wat::parse_str(COUNTER).expect("counter"),
-    )
-    .expect("counter");
+    servlet(dir.path(), "count", COUNTER);
     std::fs::write(
         dir.path().join("swan.toml"),
         "[server]\nlisten = [\"127.0.0.1:0\"]\n\
@@ -721,12 +718,7 @@ fn sigusr2_takes_an_embedded_store_over_without_a_failed_or_lost_increment() {
 #[test]
 fn a_second_stop_signal_during_the_drain_exits_at_once() {
     let dir = site();
-    std::fs::create_dir(dir.path().join("servlets")).expect("servlets");
-    std::fs::write(
-        dir.path().join("servlets/slow.wasm"),
-        wat::parse_str(SLOW).expect("slow"),
-    )
-    .expect("slow");
+    servlet(dir.path(), "slow", SLOW);
     std::fs::write(
         dir.path().join("swan.toml"),
         "[server]\nlisten = [\"127.0.0.1:0\"]\ndrain_timeout = \"20s\"\n\
@@ -736,16 +728,7 @@ fn a_second_stop_signal_during_the_drain_exits_at_once() {
     let mut s = start(dir.path(), &[], false);
     let (log, _rx) = log_lines(s.child.stderr.take().expect("stderr"));
     let addr = s.urls[0].clone();
-    let slow = std::thread::spawn(move || {
-        let mut stream = TcpStream::connect(&addr).expect("connect");
-        let _ = std::io::Write::write_all(
-            &mut stream,
-            b"GET /slow HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
-        );
-        let mut reply = String::new();
-        let _ = std::io::Read::read_to_string(&mut stream, &mut reply);
-        reply
-    });
+    let slow = std::thread::spawn(move || get(&addr, "/slow"));
     std::thread::sleep(Duration::from_millis(300));
     let pid = s.child.id();
     signal("-TERM", pid);

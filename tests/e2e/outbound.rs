@@ -114,23 +114,6 @@ async fn fails_quickly(server: &TestServer, url: &str) -> Result<()> {
     Ok(())
 }
 
-/// A GET of `path` left in flight on a task of its own.
-fn in_flight(
-    server: &TestServer,
-    path: &str,
-) -> tokio::task::JoinHandle<Result<Response<hyper::body::Incoming>>> {
-    let url = server.url(path);
-    tokio::spawn(async move {
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build_http::<Full<Bytes>>();
-        client
-            .request(Request::get(url).body(Full::default())?)
-            .await
-            .map_err(anyhow::Error::from)
-    })
-}
-
 async fn fetch(server: &TestServer, url: &str) -> Result<String> {
     Ok(server.get(&format!("/f/fetch?url={url}")).await?.text())
 }
@@ -229,7 +212,7 @@ async fn outbound_timeouts_and_the_in_flight_cap_hold() -> Result<()> {
     .await?;
     fails_quickly(&server, &format!("http://{up}/slow")).await?;
     // One slow request in flight: a second one is refused at once.
-    let slow = in_flight(&server, &format!("/f/fetch?url=http://{up}/slow"));
+    let slow = server.spawn_get(&format!("/f/fetch?url=http://{up}/slow"));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let answer = fetch(&server, &format!("http://{up}/")).await?;
     assert!(answer.contains("ConnectionLimitReached"), "{answer}");
@@ -267,7 +250,7 @@ async fn the_in_flight_cap_holds_across_a_hot_reload() -> Result<()> {
             .and_then(|s| s.servlets.servlet_at("/f").cloned())
     };
     let first = serving(&server).expect("route");
-    let slow = in_flight(&server, &format!("/f/fetch?url=http://{up}/slower"));
+    let slow = server.spawn_get(&format!("/f/fetch?url=http://{up}/slower"));
     tokio::time::sleep(Duration::from_millis(200)).await;
     // A new version of the file goes live while the slow one is in flight.
     site.file("servlets/f.wasm", &module)?;

@@ -491,21 +491,12 @@ async fn a_full_pool_answers_503_with_retry_after() -> Result<()> {
         "timeout = \"800ms\"\nmax_concurrency = 1\nqueue_timeout = \"100ms\"\n",
     )
     .await?;
-    let url = server.url("/loop");
-    let first = tokio::spawn(async move {
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build_http::<Full<Bytes>>();
-        client
-            .request(Request::get(url).body(Full::default())?)
-            .await
-            .map_err(anyhow::Error::from)
-    });
+    let first = server.spawn_get("/loop");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let r = server.get("/loop").await?;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(r.header("retry-after"), "1");
-    assert_eq!(first.await??.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(first.await??.status, StatusCode::GATEWAY_TIMEOUT);
     Ok(())
 }
 

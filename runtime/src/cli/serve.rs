@@ -175,31 +175,23 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         if let (Some(log), Some(usr1)) = (app.observe.access_log.clone(), signals.usr1.take()) {
             tokio::spawn(reopen_on_sigusr1(log, usr1));
         }
-        if let Some(report) = ready_report {
-            tokio::spawn(report_when_ready(app.observe.clone(), report));
-        }
-        tokio::spawn(notify_when_ready(app.observe.clone()));
+        tokio::spawn(when_ready(app.observe.clone(), ready_report));
         let observe = app.observe.clone();
         let shutdown = async move {
-            tokio::select! {
-                () = stop.recv() => {
-                    if let Some(reloading) = &reloading {
-                        reloading.abort();
-                    }
-                    systemd::stopping();
-                    drain_grace(&observe, grace, &mut stop).await;
-                }
-                () = upgrade_on_sigusr2(handover, signals.usr2) => {
-                    // The new process answers systemd from now on.
-                    if let Some(reloading) = &reloading {
-                        reloading.abort();
-                    }
-                    // The successor accepts on the same sockets (admin
-                    // included): stop at once, no grace needed.
-                    if let Some(admin) = admin.as_mut() {
-                        admin.stop_accepting();
-                    }
-                }
+            let stopped = tokio::select! {
+                () = stop.recv() => true,
+                () = upgrade_on_sigusr2(handover, signals.usr2) => false,
+            };
+            if let Some(reloading) = &reloading {
+                reloading.abort();
+            }
+            if stopped {
+                systemd::stopping();
+                drain_grace(&observe, grace, &mut stop).await;
+            } else if let Some(admin) = admin.as_mut() {
+                // The successor accepts on the same sockets (admin
+                // included): stop at once, no grace needed.
+                admin.stop_accepting();
             }
             // One more stop signal while in-flight requests finish ends
             // the process without waiting for them (as a second Ctrl-C).
@@ -291,21 +283,17 @@ async fn upgrade_on_sigusr2(handover: Handover, usr2: Option<Signal>) {
     std::future::pending().await
 }
 
-/// Tells systemd that this process serves, once it does.
-async fn notify_when_ready(observe: Arc<swan::observe::Observe>) {
+/// Once this process serves: tells systemd, and the process this one
+/// replaces (`report`, in an upgrade).
+async fn when_ready(observe: Arc<swan::observe::Observe>, report: Option<ReadyReport>) {
     while observe.readiness() != swan::observe::Readiness::Ready {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     systemd::ready();
-}
-
-/// Tells the process this one replaces that it is ready, once it is.
-async fn report_when_ready(observe: Arc<swan::observe::Observe>, report: ReadyReport) {
-    while observe.readiness() != swan::observe::Readiness::Ready {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    if let Some(report) = report {
+        report.send();
+        tracing::info!("upgrade: took over the listening sockets; the old process drains");
     }
-    report.send();
-    tracing::info!("upgrade: took over the listening sockets; the old process drains");
 }
 
 async fn reload_on_sighup(reloader: Arc<Reloader>, mut hup: Signal) {

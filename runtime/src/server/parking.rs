@@ -28,6 +28,7 @@ use tokio::sync::watch;
 
 use super::client_gone::ClientGone;
 use super::conn::{self, Builders, Linger, Slot};
+use super::sendfile::Target;
 use super::stream::WatchedIo;
 use super::watchdog::{self, ConnState, Limits, Verdict};
 use crate::app::App;
@@ -202,7 +203,7 @@ pub(crate) async fn serve(
 /// close: a close-delimited body (HTTP/1.0, no chunks) that ended with a
 /// close would look complete.
 fn reset(io: WatchedIo<TcpStream>) {
-    let _ = socket2::SockRef::from(io.get_ref()).set_linger(Some(std::time::Duration::ZERO));
+    io.get_ref().reset_on_close();
 }
 
 /// Closes a connection hyper is done with without losing its last answer.

@@ -168,10 +168,8 @@ async fn from_disk<B>(
     let body = if head {
         Body::empty()
     } else {
-        // Taken from the file opened: the check after each read compares
-        // like with like.
-        let stamp = crate::file_stamp::OpenStamp::of(&opened).ok();
-        Body::file_holding(opened, start, len, place, stamp)
+        let stamp = crate::file_stamp::OpenStamp::from_meta(&meta);
+        Body::file_holding(opened, start, len, place, Some(stamp))
     };
     Ok(match partial_range {
         Some((s, e)) => partial(rep, s, e, body),
