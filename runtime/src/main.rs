@@ -99,6 +99,10 @@ struct ConfigArgs {
     /// on change, show build errors on their routes.
     #[arg(long)]
     dev: bool,
+    /// File to write the serving process's id to once it serves (removed
+    /// when it stops). Replaces `pid_file` in [server].
+    #[arg(long, value_name = "FILE")]
+    pid_file: Option<PathBuf>,
 }
 
 impl ConfigArgs {
@@ -108,6 +112,12 @@ impl ConfigArgs {
             root: self.root.clone(),
             servlets: self.servlets.clone(),
             dev: self.dev,
+            // Absolute: a SIGUSR2 upgrade starts the new binary with these
+            // arguments, and it must name the same file.
+            pid_file: self
+                .pid_file
+                .as_ref()
+                .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
             servlets_to_be_made: false,
         }
     }

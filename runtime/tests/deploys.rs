@@ -838,3 +838,84 @@ fn systemd_is_told_ready_reloading_the_new_main_pid_and_stopping() {
     }
     assert!(!alive(new_pid), "the new process stopped");
 }
+
+/// Waits until `path` holds `pid` (`None`: until it is gone); what it
+/// held last.
+fn pid_file_becomes(path: &std::path::Path, pid: Option<u32>) -> Option<u32> {
+    let read = || {
+        std::fs::read_to_string(path).ok().map(|s| {
+            s.trim_end_matches('\n')
+                .parse::<u32>()
+                .expect("a number and a newline")
+        })
+    };
+    let started = Instant::now();
+    while read() != pid && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    read()
+}
+
+#[test]
+fn the_pid_file_names_the_serving_process_through_an_upgrade_and_goes_at_exit() {
+    let dir = site();
+    std::fs::create_dir(dir.path().join("run")).expect("run folder");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [\"127.0.0.1:0\"]\npid_file = \"run/swan.pid\"\n[[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let path = dir.path().join("run/swan.pid");
+    // Left by a process that died without removing it: taken over.
+    std::fs::write(&path, "4194303\n").expect("stale pid file");
+    let mut old = start_program(swan(), dir.path(), &["--config", "swan.toml"], false);
+    let (_log, rx) = log_lines(old.child.stderr.take().expect("stderr"));
+    let old_pid = old.child.id();
+    assert_eq!(pid_file_becomes(&path, Some(old_pid)), Some(old_pid));
+
+    // A second swan that cannot bind never touches it (`--pid-file`
+    // names the same file from another folder).
+    let taken = old.urls[0].clone();
+    let mut second = swan()
+        .current_dir(dir.path().join("run"))
+        .args([
+            "serve",
+            "--root",
+            "../www",
+            "--listen",
+            &taken,
+            "--pid-file",
+            "swan.pid",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let status = wait_exit(&mut second, Duration::from_secs(30)).expect("second swan exits");
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(pid_file_becomes(&path, Some(old_pid)), Some(old_pid));
+
+    signal("-USR2", old_pid);
+    let new_pid = upgraded_to(&rx);
+    assert_eq!(pid_file_becomes(&path, Some(new_pid)), Some(new_pid));
+    let status = wait_exit(&mut old.child, Duration::from_secs(30)).expect("old process exits");
+    assert!(status.success(), "old process: {status}");
+    // The old process left the new one's file alone.
+    assert_eq!(pid_file_becomes(&path, Some(new_pid)), Some(new_pid));
+    assert!(
+        get(&taken, "/").ends_with("cli hello"),
+        "the new process serves"
+    );
+
+    signal("-TERM", new_pid);
+    let started = Instant::now();
+    while alive(new_pid) && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive(new_pid), "the new process stopped");
+    assert_eq!(pid_file_becomes(&path, None), None, "removed at exit");
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("run"))
+        .expect("run folder")
+        .collect();
+    assert!(left.is_empty(), "no temporary file left: {left:?}");
+}

@@ -100,6 +100,9 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
     outln!("  keepalive_timeout   {:?}", s.keepalive_timeout);
     outln!("  drain_timeout       {:?}", s.drain_timeout);
     outln!("  max_instances       {}", s.max_instances);
+    if let Some(path) = &s.pid_file {
+        outln!("  pid_file            {}", path.display());
+    }
     let mut problems = check_stores(config, &app, &unopened, &new_files);
     for site in sites.iter() {
         let c = &site.config;

@@ -1,12 +1,13 @@
 //! The `swan` binary's commands (not part of the library): `serve.rs`,
 //! `check.rs` and `new.rs`, with what they share (and `systemd.rs`, what
-//! `serve` tells a service manager).
+//! `serve` tells a service manager; `pid_file.rs`, the file naming it).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(crate) mod check;
 pub(crate) mod new;
+mod pid_file;
 pub(crate) mod serve;
 mod systemd;
 

@@ -12,7 +12,7 @@ use swan::server::handover::{Handover, Inherited, ReadyReport};
 use swan::site::Sites;
 use swan::{App, Config, Overrides};
 
-use super::{errln, human_bytes, outln, systemd};
+use super::{errln, human_bytes, outln, pid_file, systemd};
 
 pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> {
     let started = Instant::now();
@@ -163,6 +163,7 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         );
     }
     let grace = config.server.drain_grace;
+    let pid_path = config.server.pid_file.clone();
     let access_log = app.observe.access_log.clone();
     let served = runtime.block_on(async {
         // Stopped when a stop or an upgrade begins: a reload then would
@@ -175,7 +176,11 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         if let (Some(log), Some(usr1)) = (app.observe.access_log.clone(), signals.usr1.take()) {
             tokio::spawn(reopen_on_sigusr1(log, usr1));
         }
-        tokio::spawn(when_ready(app.observe.clone(), ready_report));
+        tokio::spawn(when_ready(
+            app.observe.clone(),
+            ready_report,
+            config.server.pid_file.clone(),
+        ));
         let observe = app.observe.clone();
         let shutdown = async move {
             let stopped = tokio::select! {
@@ -198,6 +203,9 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
             tokio::spawn(async move {
                 stop.recv().await;
                 tracing::warn!("stop signal during the drain: exiting now; requests still in flight are cut off");
+                if let Some(path) = &pid_path {
+                    pid_file::remove_if_ours(path);
+                }
                 std::process::exit(1);
             });
         };
@@ -212,6 +220,9 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         reloader.stop();
     }
     drop(reloader);
+    if let Some(path) = &config.server.pid_file {
+        pid_file::remove_if_ours(path);
+    }
     served?;
     tracing::info!("stopped");
     Ok(())
@@ -283,11 +294,27 @@ async fn upgrade_on_sigusr2(handover: Handover, usr2: Option<Signal>) {
     std::future::pending().await
 }
 
-/// Once this process serves: tells systemd, and the process this one
-/// replaces (`report`, in an upgrade).
-async fn when_ready(observe: Arc<swan::observe::Observe>, report: Option<ReadyReport>) {
+/// Once this process serves: writes the pid file, tells systemd, and the
+/// process this one replaces (`report`, in an upgrade).
+async fn when_ready(
+    observe: Arc<swan::observe::Observe>,
+    report: Option<ReadyReport>,
+    pid_path: Option<std::path::PathBuf>,
+) {
     while observe.readiness() != swan::observe::Readiness::Ready {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // Before systemd hears READY=1: a unit's `PIDFile=` is read then.
+    if let Some(path) = pid_path {
+        let written =
+            tokio::task::spawn_blocking(move || pid_file::write(&path).map_err(|e| (path, e)));
+        if let Ok(Err((path, e))) = written.await {
+            tracing::error!(
+                pid_file = %path.display(),
+                error = %e,
+                "cannot write the pid file; serving without it"
+            );
+        }
     }
     systemd::ready();
     if let Some(report) = report {

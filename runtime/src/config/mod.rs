@@ -62,12 +62,7 @@ impl Config {
             }
             let mut positions = Positions {
                 sites: vec![SitePositions::default()],
-                dropped_sites: false,
-                stores: Vec::new(),
-                tls: None,
-                tls_files: [None, None],
-                access_log: None,
-                servlets_to_be_made: false,
+                ..Positions::default()
             };
             config.apply(overrides, &mut positions)?;
             let findings = validate::check(&config, &positions);
@@ -191,6 +186,20 @@ impl Config {
         }
         if overrides.dev {
             self.server.development = true;
+        }
+        if let Some(pid_file) = &overrides.pid_file {
+            if pid_file.as_os_str().is_empty() {
+                return Err(ConfigError::new(vec![Problem {
+                    file: PathBuf::from("(command line)"),
+                    line: 0,
+                    column: 0,
+                    key: "--pid-file".to_owned(),
+                    message: "an empty path names no file".to_owned(),
+                    hint: Some("give a file such as /run/swan/swan.pid".to_owned()),
+                }]));
+            }
+            self.server.pid_file = Some(pid_file.clone());
+            positions.pid_file = Origin::CommandLine;
         }
         positions.servlets_to_be_made = overrides.servlets_to_be_made;
         if let Some(i) = self.sites.iter().position(|s| s.default) {
@@ -356,6 +365,32 @@ mod tests {
         assert!(text.contains("(command line): --root:"), "{text}");
         assert!(text.contains("(command line): --servlets:"), "{text}");
         assert!(text.contains("point --root at"), "{text}");
+    }
+
+    #[test]
+    fn a_pid_file_flag_is_checked_and_blamed_on_the_flag() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("swan.toml");
+        std::fs::write(&file, "[[site]]\nroot = \".\"\n").expect("write");
+        let load = |pid_file: &str| {
+            text(Config::load(
+                Some(&file),
+                &Overrides {
+                    pid_file: Some(PathBuf::from(pid_file)),
+                    ..Overrides::default()
+                },
+            ))
+        };
+        let missing = load(&dir.path().join("no/swan.pid").to_string_lossy());
+        assert!(missing.contains("(command line): --pid-file:"), "{missing}");
+        assert!(missing.contains("its folder"), "{missing}");
+        let in_root = load(&dir.path().join("swan.pid").to_string_lossy());
+        assert!(in_root.contains("inside the root of site"), "{in_root}");
+        let empty = load("");
+        assert!(empty.contains("--pid-file: an empty path"), "{empty}");
+        let outside = tempfile::tempdir().expect("temp dir");
+        let fine = load(&outside.path().join("swan.pid").to_string_lossy());
+        assert_eq!(fine, "(valid)");
     }
 
     #[test]

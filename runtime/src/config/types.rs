@@ -211,6 +211,9 @@ pub struct ServerConfig {
     /// memory); the least recently used artifacts go first. Zero compiles
     /// in memory on every start. Default: 1 GiB.
     pub max_code_cache_bytes: u64,
+    /// File that holds the serving process's id, written once it serves
+    /// and removed when it stops. Default: none.
+    pub pid_file: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -241,6 +244,7 @@ impl ServerConfig {
             build_sources: None,
             build_timeout: DEFAULT_BUILD_TIMEOUT,
             max_code_cache_bytes: DEFAULT_MAX_CODE_CACHE_BYTES,
+            pid_file: None,
         }
     }
 
@@ -472,6 +476,8 @@ pub struct Overrides {
     pub servlets: Option<PathBuf>,
     /// `--dev`: development mode, as `mode = "development"`.
     pub dev: bool,
+    /// `--pid-file`: replaces `server.pid_file`.
+    pub pid_file: Option<PathBuf>,
     /// `swan new`: the default site's servlets folder may not exist yet
     /// (it is about to be made), and is not a configuration error.
     pub servlets_to_be_made: bool,

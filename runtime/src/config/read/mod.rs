@@ -40,6 +40,7 @@ pub(crate) const SERVER_KEYS: &[&str] = &[
     "build_sources",
     "build_timeout",
     "max_code_cache_bytes",
+    "pid_file",
     "drain_grace",
     "tls",
     "proxy",
@@ -150,13 +151,7 @@ pub(crate) fn document(
     let mut positions = Positions::default();
     let server = match root.table(diag, "server") {
         Some(mut t) => {
-            let s = server::read(
-                &mut t,
-                diag,
-                base,
-                &mut positions.tls,
-                &mut positions.tls_files,
-            );
+            let s = server::read(&mut t, diag, base, &mut positions);
             t.finish(diag, SERVER_KEYS);
             s
         }

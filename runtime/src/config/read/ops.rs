@@ -11,6 +11,7 @@ use crate::config::ops::{
     ProxyConfig, TlsConfig, parse_net,
 };
 use crate::config::reader::{Diagnostics, TableReader};
+use crate::config::validate::Positions;
 
 /// Keys of an inline listener table in `listen`.
 pub(crate) const LISTENER_KEYS: &[&str] = &["addr", "tls", "proxy_protocol"];
@@ -146,7 +147,7 @@ pub(super) fn tls(
     t: &mut TableReader<'_, '_>,
     diag: &mut Diagnostics<'_>,
     base: &Path,
-    spans: &mut [Option<std::ops::Range<usize>>; 2],
+    positions: &mut Positions,
 ) -> Option<TlsConfig> {
     let mut file = |key: &str, what: &str, span: &mut Option<std::ops::Range<usize>>| match t
         .string(diag, key)
@@ -167,9 +168,10 @@ pub(super) fn tls(
             None
         }
     };
-    let [cert_span, key_span] = spans;
+    let [cert_span, key_span] = &mut positions.tls_files;
     let cert = file("cert", "certificate chain (leaf first)", cert_span);
     let key = file("key", "private key", key_span);
+    positions.redirect_http = t.take("redirect_http").map(|v| v.span());
     let redirect_http = t.bool(diag, "redirect_http").unwrap_or(false);
     let hsts = match t.string(diag, "hsts") {
         Some(v) if v.get_ref().is_empty() => None,

@@ -6,19 +6,19 @@ use crate::config::types::{
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_INSTANCES, MAX_MAX_HEADER_BYTES, MIN_MAX_HEADER_BYTES,
     RuntimeModel, ServerConfig,
 };
+use crate::config::validate::{Origin, Positions};
 
 /// Reads `[server]`.
 pub(super) fn read(
     t: &mut TableReader<'_, '_>,
     diag: &mut Diagnostics<'_>,
     base: &std::path::Path,
-    tls_span: &mut Option<std::ops::Range<usize>>,
-    tls_files: &mut [Option<std::ops::Range<usize>>; 2],
+    positions: &mut Positions,
 ) -> ServerConfig {
     let mut s = ServerConfig::defaults();
     if let Some(mut tls) = t.table(diag, "tls") {
-        *tls_span = Some(tls.span());
-        s.tls = ops::tls(&mut tls, diag, base, tls_files);
+        positions.tls = Some(tls.span());
+        s.tls = ops::tls(&mut tls, diag, base, positions);
         tls.finish(diag, ops::TLS_KEYS);
     }
     if let Some(mut proxy) = t.table(diag, "proxy") {
@@ -26,7 +26,7 @@ pub(super) fn read(
         proxy.finish(diag, ops::PROXY_KEYS);
     }
     let context = ops::ListenContext {
-        has_tls: tls_span.is_some(),
+        has_tls: positions.tls.is_some(),
         has_trusted: !s.proxy.trusted.is_empty(),
     };
     if let Some(listen) = ops::listeners(t, diag, context) {
@@ -157,6 +157,22 @@ pub(super) fn read(
             );
         } else {
             s.build_timeout = *d.get_ref();
+        }
+    }
+    if let Some(v) = t.string(diag, "pid_file") {
+        if v.get_ref().is_empty() {
+            diag.error(
+                v.span(),
+                "server.pid_file",
+                "an empty path names no file",
+                Some(
+                    "give a file such as \"/run/swan/swan.pid\", or leave `pid_file` out for none"
+                        .to_owned(),
+                ),
+            );
+        } else {
+            positions.pid_file = Origin::File(v.span());
+            s.pid_file = Some(base.join(v.get_ref()));
         }
     }
     s

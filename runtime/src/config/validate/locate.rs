@@ -31,7 +31,9 @@ pub(crate) fn locate(
                 | At::Tls
                 | At::TlsCert
                 | At::TlsKey
-                | At::AccessLog => None,
+                | At::RedirectHttp
+                | At::AccessLog
+                | At::PidFile => None,
             };
             let index = |i: usize| site.map_or(i, |s| s.index);
             let (key, origin) = match f.at {
@@ -102,9 +104,21 @@ pub(crate) fn locate(
                             .map(Origin::File),
                     )
                 }
+                At::RedirectHttp => (
+                    "server.tls.redirect_http".to_owned(),
+                    positions
+                        .redirect_http
+                        .clone()
+                        .or(positions.tls.clone())
+                        .map(Origin::File),
+                ),
                 At::AccessLog => (
                     "log.access".to_owned(),
                     positions.access_log.clone().map(Origin::File),
+                ),
+                At::PidFile => (
+                    "server.pid_file".to_owned(),
+                    Some(positions.pid_file.clone()),
                 ),
                 At::Store(n) => {
                     let store = positions.stores.get(n);
@@ -124,6 +138,7 @@ pub(crate) fn locate(
             let flag = match f.at {
                 At::SiteRoot(_) => "--root",
                 At::SiteServlets(_) => "--servlets",
+                At::PidFile => "--pid-file",
                 _ => "",
             };
             let (file, key, line, column) = match (origin, file, source) {

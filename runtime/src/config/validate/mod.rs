@@ -6,13 +6,13 @@
 //! line and column, or into the command-line flag that set the value.
 
 mod locate;
+mod written;
 
 use std::ops::Range;
 use std::path::Path;
 
 pub(crate) use locate::locate;
 
-use super::ops::AccessLogTarget;
 use super::store::{StoreConfig, StoreKind};
 use super::types::{Config, SiteConfig};
 
@@ -42,8 +42,12 @@ pub(crate) struct Positions {
     pub(crate) tls: Option<Range<usize>>,
     /// `[server.tls]`'s `cert` and `key` values.
     pub(crate) tls_files: [Option<Range<usize>>; 2],
+    /// `[server.tls]`'s `redirect_http`, if written.
+    pub(crate) redirect_http: Option<Range<usize>>,
     /// The `access` value of `[log]`, if written.
     pub(crate) access_log: Option<Range<usize>>,
+    /// `[server]`'s `pid_file`, or `--pid-file`.
+    pub(crate) pid_file: Origin,
     /// `swan new`: the default site's servlets folder may not exist yet.
     pub(crate) servlets_to_be_made: bool,
 }
@@ -114,8 +118,12 @@ pub(crate) enum At {
     TlsCert,
     /// `[server.tls]`'s `key`.
     TlsKey,
+    /// `[server.tls]`'s `redirect_http`.
+    RedirectHttp,
     /// `access` in `[log]`.
     AccessLog,
+    /// `pid_file` in `[server]`.
+    PidFile,
 }
 
 /// A problem found by validation, not yet located.
@@ -378,16 +386,7 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             );
         }
     }
-    if let AccessLogTarget::File(log) = &config.log.access {
-        if let Some(problem) = access_log_unopenable(log) {
-            finding(
-                At::AccessLog,
-                format!("the access log {} {problem}", log.display()),
-                "point `access` at a file swan can append to (its folder must exist), or \"stdout\"",
-            );
-        }
-        access_log_outside_sites(config, log, &mut finding);
-    }
+    written::check(config, &mut finding);
     if let Some(tls) = &config.server.tls {
         let problems = crate::certs::problems(&tls.cert, &tls.key);
         if let Some(e) = problems.cert {
@@ -423,57 +422,13 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             && config.server.listen.iter().all(|l| l.tls)
         {
             finding(
-                At::Tls,
+                At::RedirectHttp,
                 "redirect_http = true, but every listener has tls = true: there is no plain listener to redirect from".to_owned(),
                 "add one, listen = [\"0.0.0.0:80\", { addr = \"0.0.0.0:443\", tls = true }], or drop redirect_http",
             );
         }
     }
     found
-}
-
-/// Why the access log file could not be opened, found without creating
-/// it: its folder is missing, it is a folder, or an existing file cannot
-/// be appended to. Other kinds of file (`/dev/null`, a FIFO) are taken as
-/// they are: opening a FIFO here would wait for its reader.
-fn access_log_unopenable(log: &Path) -> Option<String> {
-    match std::fs::metadata(log) {
-        Ok(m) if m.is_dir() => Some("is a folder".to_owned()),
-        // As the server opens it (the file exists: nothing is created).
-        Ok(m) if m.is_file() => std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .err()
-            .map(|e| format!("cannot be written: {e}")),
-        Ok(_) => None,
-        Err(_) => {
-            let folder = log
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            if !folder.is_dir() {
-                return Some(format!(
-                    "cannot be created: its folder {} does not exist",
-                    folder.display()
-                ));
-            }
-            // Whether this user may create a file there (a root-owned
-            // /var/log, a read-only mount), without creating one.
-            rustix::fs::access(
-                folder,
-                rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
-            )
-            .err()
-            .map(|e| {
-                format!(
-                    "cannot be created: its folder {} is not writable: {}",
-                    folder.display(),
-                    std::io::Error::from(e)
-                )
-            })
-        }
-    }
 }
 
 /// Whether `site` would serve `file` (resolved) as a static file: inside
@@ -497,48 +452,6 @@ fn would_serve(site: &SiteConfig, file: &Path) -> bool {
         .iter()
         .any(|r| r.servlet.canonicalize().is_ok_and(|f| f == file));
     !hidden && !in_servlets && !own_route
-}
-
-/// An access log inside a site's root would be served to anyone, and each
-/// write would reload the site (or rescan its servlets).
-fn access_log_outside_sites(
-    config: &Config,
-    log: &Path,
-    finding: &mut impl FnMut(At, String, &str),
-) {
-    // The file may not exist yet: its folder is what can be resolved.
-    let Some(log) = log
-        .parent()
-        .and_then(|p| p.canonicalize().ok())
-        .zip(log.file_name())
-        .map(|(dir, name)| dir.join(name))
-    else {
-        return;
-    };
-    for site in &config.sites {
-        let folders = [
-            ("root", Some(&site.root)),
-            ("servlets folder", site.servlets.as_ref()),
-        ];
-        for (what, folder) in folders {
-            let Some(folder) = folder.and_then(|f| f.canonicalize().ok()) else {
-                continue;
-            };
-            if log.starts_with(&folder) {
-                finding(
-                    At::AccessLog,
-                    format!(
-                        "the access log {} is inside the {what} of site {:?} ({}): anyone could download it, and every write would reload the site",
-                        log.display(),
-                        site.name,
-                        folder.display()
-                    ),
-                    "write it outside every site's root and servlets folder, e.g. access = \"/var/log/swan/access.log\"",
-                );
-                return;
-            }
-        }
-    }
 }
 
 /// `path` with its longest existing ancestor resolved (links, `..`), the

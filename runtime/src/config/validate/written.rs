@@ -1,0 +1,143 @@
+//! Files swan writes, not reads: the access log and the pid file. Each
+//! must be writable where it is, and outside every site (it would be
+//! served, and each write would reload the site).
+
+use std::path::Path;
+
+use super::{At, resolved};
+use crate::config::ops::AccessLogTarget;
+use crate::config::types::Config;
+
+/// Checks the access log's and the pid file's paths.
+pub(super) fn check(config: &Config, finding: &mut impl FnMut(At, String, &str)) {
+    if let AccessLogTarget::File(log) = &config.log.access {
+        if let Some(problem) = unwritable(log) {
+            finding(
+                At::AccessLog,
+                format!("the access log {} {problem}", log.display()),
+                "point `access` at a file swan can append to (its folder must exist), or \"stdout\"",
+            );
+        }
+        outside_sites(config, log, At::AccessLog, "the access log", finding);
+    }
+    if let Some(pid_file) = &config.server.pid_file {
+        if let Some(problem) = unwritable(pid_file) {
+            finding(
+                At::PidFile,
+                format!("the pid file {} {problem}", pid_file.display()),
+                "point `pid_file` at a file in a folder swan can write to, such as /run/swan/swan.pid (systemd: RuntimeDirectory=swan)",
+            );
+        }
+        outside_sites(config, pid_file, At::PidFile, "the pid file", finding);
+        if let AccessLogTarget::File(log) = &config.log.access
+            && resolved(log) == resolved(pid_file)
+        {
+            finding(
+                At::PidFile,
+                format!(
+                    "the pid file {} is the access log: each would overwrite the other",
+                    pid_file.display()
+                ),
+                "give `pid_file` a file of its own, such as /run/swan/swan.pid",
+            );
+        }
+    }
+}
+
+/// Why a file swan writes (the access log, the pid file) could not be
+/// written, found without creating it: its folder is missing or not
+/// writable, it is a folder, or an existing file cannot be appended to.
+/// Other kinds of file (`/dev/null`, a FIFO) are taken as they are:
+/// opening a FIFO here would wait for its reader.
+fn unwritable(log: &Path) -> Option<String> {
+    match std::fs::metadata(log) {
+        Ok(m) if m.is_dir() => Some("is a folder".to_owned()),
+        // As the server opens it (the file exists: nothing is created).
+        Ok(m) if m.is_file() => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .err()
+            .map(|e| format!("cannot be written: {e}")),
+        Ok(_) => None,
+        Err(_) => {
+            let folder = log
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !folder.is_dir() {
+                return Some(format!(
+                    "cannot be created: its folder {} does not exist",
+                    folder.display()
+                ));
+            }
+            // Whether this user may create a file there (a root-owned
+            // /var/log, a read-only mount), without creating one.
+            rustix::fs::access(
+                folder,
+                rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+            )
+            .err()
+            .map(|e| {
+                format!(
+                    "cannot be created: its folder {} is not writable: {}",
+                    folder.display(),
+                    std::io::Error::from(e)
+                )
+            })
+        }
+    }
+}
+
+/// A file swan writes (`what`: the access log, the pid file) inside a
+/// site's root would be served to anyone, and each write would reload the
+/// site (or rescan its servlets).
+fn outside_sites(
+    config: &Config,
+    log: &Path,
+    at: At,
+    what_file: &str,
+    finding: &mut impl FnMut(At, String, &str),
+) {
+    // The file may not exist yet: its folder is what can be resolved.
+    let Some(log) = log
+        .parent()
+        .and_then(|p| p.canonicalize().ok())
+        .zip(log.file_name())
+        .map(|(dir, name)| dir.join(name))
+    else {
+        return;
+    };
+    for site in &config.sites {
+        let folders = [
+            ("root", Some(&site.root)),
+            ("servlets folder", site.servlets.as_ref()),
+        ];
+        for (what, folder) in folders {
+            let Some(folder) = folder.and_then(|f| f.canonicalize().ok()) else {
+                continue;
+            };
+            if log.starts_with(&folder) {
+                let hint = match at {
+                    At::PidFile => {
+                        "write it outside every site's root and servlets folder, e.g. pid_file = \"/run/swan/swan.pid\""
+                    }
+                    _ => {
+                        "write it outside every site's root and servlets folder, e.g. access = \"/var/log/swan/access.log\""
+                    }
+                };
+                finding(
+                    at,
+                    format!(
+                        "{what_file} {} is inside the {what} of site {:?} ({}): anyone could download it, and every write would reload the site",
+                        log.display(),
+                        site.name,
+                        folder.display()
+                    ),
+                    hint,
+                );
+                return;
+            }
+        }
+    }
+}
