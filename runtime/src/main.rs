@@ -112,12 +112,7 @@ impl ConfigArgs {
             root: self.root.clone(),
             servlets: self.servlets.clone(),
             dev: self.dev,
-            // Absolute: a SIGUSR2 upgrade starts the new binary with these
-            // arguments, and it must name the same file.
-            pid_file: self
-                .pid_file
-                .as_ref()
-                .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
+            pid_file: self.pid_file.clone(),
             servlets_to_be_made: false,
         }
     }

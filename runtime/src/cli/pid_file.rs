@@ -13,6 +13,13 @@ use std::path::Path;
 /// over it, so a reader never sees an empty or half-written file.
 pub(crate) fn write(path: &Path) -> std::io::Result<()> {
     let pid = std::process::id();
+    // Checked at load too: a rename over a device (`/dev/null`) would
+    // replace it.
+    if std::fs::symlink_metadata(path).is_ok_and(|m| !m.is_file() && !m.is_symlink()) {
+        return Err(std::io::Error::other(
+            "not a regular file: swan replaces the pid file by a rename",
+        ));
+    }
     if let Some(other) = read(path).filter(|&p| p != pid && p != parent() && alive(p)) {
         tracing::warn!(
             pid_file = %path.display(),
@@ -24,7 +31,14 @@ pub(crate) fn write(path: &Path) -> std::io::Result<()> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let temporary = path.with_file_name(format!(".{name}.{pid}.tmp"));
-    let written = std::fs::write(&temporary, format!("{pid}\n"))
+    // Made new (O_EXCL), never opened through a link planted at its
+    // predictable name; one left by a crash is removed first.
+    let _ = std::fs::remove_file(&temporary);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temporary)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{pid}\n").as_bytes()))
         .and_then(|()| std::fs::rename(&temporary, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&temporary);
@@ -32,11 +46,13 @@ pub(crate) fn write(path: &Path) -> std::io::Result<()> {
     written
 }
 
-/// Removes `path` if it names this process (after an upgrade it names the
-/// new one, which keeps it).
+/// Removes `path` if it names this process, or a process that is gone (a
+/// new process of an upgrade stopped after it wrote its id). After an
+/// upgrade it names the new one, which keeps it.
 pub(crate) fn remove_if_ours(path: &Path) {
-    if read(path) != Some(std::process::id()) {
-        return;
+    match read(path) {
+        Some(pid) if pid == std::process::id() || !alive(pid) => {}
+        _ => return,
     }
     if let Err(e) = std::fs::remove_file(path) {
         tracing::warn!(pid_file = %path.display(), error = %e, "cannot remove the pid file");

@@ -185,7 +185,7 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         let shutdown = async move {
             let stopped = tokio::select! {
                 () = stop.recv() => true,
-                () = upgrade_on_sigusr2(handover, signals.usr2) => false,
+                () = upgrade_on_sigusr2(handover, signals.usr2, pid_path.clone()) => false,
             };
             if let Some(reloading) = &reloading {
                 reloading.abort();
@@ -259,7 +259,11 @@ const UPGRADE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120)
 /// replaced) with this process's listening sockets, and returns once it is
 /// ready. A new process that fails changes nothing: this one keeps serving
 /// and waits for the next SIGUSR2.
-async fn upgrade_on_sigusr2(handover: Handover, usr2: Option<Signal>) {
+async fn upgrade_on_sigusr2(
+    handover: Handover,
+    usr2: Option<Signal>,
+    pid_path: Option<std::path::PathBuf>,
+) {
     let Some(mut usr2) = usr2 else {
         return std::future::pending().await;
     };
@@ -285,13 +289,30 @@ async fn upgrade_on_sigusr2(handover: Handover, usr2: Option<Signal>) {
                 );
                 return;
             }
-            Err(e) => tracing::error!(
-                error = %format!("{:#}", anyhow::Error::new(e)),
-                "upgrade failed; this process keeps serving"
-            ),
+            Err(e) => {
+                tracing::error!(
+                    error = %format!("{:#}", anyhow::Error::new(e)),
+                    "upgrade failed; this process keeps serving"
+                );
+                // The new process may have written its id before it was
+                // stopped: the file names this one again.
+                if let Some(path) = &pid_path {
+                    write_pid_file(path);
+                }
+            }
         }
     }
     std::future::pending().await
+}
+
+fn write_pid_file(path: &std::path::Path) {
+    if let Err(e) = pid_file::write(path) {
+        tracing::error!(
+            pid_file = %path.display(),
+            error = %e,
+            "cannot write the pid file; serving without it"
+        );
+    }
 }
 
 /// Once this process serves: writes the pid file, tells systemd, and the
@@ -305,16 +326,11 @@ async fn when_ready(
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     // Before systemd hears READY=1: a unit's `PIDFile=` is read then.
-    if let Some(path) = pid_path {
-        let written =
-            tokio::task::spawn_blocking(move || pid_file::write(&path).map_err(|e| (path, e)));
-        if let Ok(Err((path, e))) = written.await {
-            tracing::error!(
-                pid_file = %path.display(),
-                error = %e,
-                "cannot write the pid file; serving without it"
-            );
-        }
+    // Written here, not on a blocking thread: a stop that ends the runtime
+    // meanwhile must find the file written (and remove it), never have it
+    // renamed into place after the removal.
+    if let Some(path) = &pid_path {
+        write_pid_file(path);
     }
     systemd::ready();
     if let Some(report) = report {

@@ -388,6 +388,11 @@ mod tests {
         assert!(in_root.contains("inside the root of site"), "{in_root}");
         let empty = load("");
         assert!(empty.contains("--pid-file: an empty path"), "{empty}");
+        // A rename over a device would replace it.
+        let device = load("/dev/null");
+        assert!(device.contains("is not a regular file"), "{device}");
+        let folder = load(&std::env::temp_dir().to_string_lossy());
+        assert!(folder.contains("is a folder"), "{folder}");
         let outside = tempfile::tempdir().expect("temp dir");
         let fine = load(&outside.path().join("swan.pid").to_string_lossy());
         assert_eq!(fine, "(valid)");

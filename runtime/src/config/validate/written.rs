@@ -21,7 +21,7 @@ pub(super) fn check(config: &Config, finding: &mut impl FnMut(At, String, &str))
         outside_sites(config, log, At::AccessLog, "the access log", finding);
     }
     if let Some(pid_file) = &config.server.pid_file {
-        if let Some(problem) = unwritable(pid_file) {
+        if let Some(problem) = pid_file_unusable(pid_file) {
             finding(
                 At::PidFile,
                 format!("the pid file {} {problem}", pid_file.display()),
@@ -44,8 +44,8 @@ pub(super) fn check(config: &Config, finding: &mut impl FnMut(At, String, &str))
     }
 }
 
-/// Why a file swan writes (the access log, the pid file) could not be
-/// written, found without creating it: its folder is missing or not
+/// Why the access log could not be appended to, found without creating
+/// it: its folder is missing or not
 /// writable, it is a folder, or an existing file cannot be appended to.
 /// Other kinds of file (`/dev/null`, a FIFO) are taken as they are:
 /// opening a FIFO here would wait for its reader.
@@ -60,33 +60,51 @@ fn unwritable(log: &Path) -> Option<String> {
             .err()
             .map(|e| format!("cannot be written: {e}")),
         Ok(_) => None,
-        Err(_) => {
-            let folder = log
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            if !folder.is_dir() {
-                return Some(format!(
-                    "cannot be created: its folder {} does not exist",
-                    folder.display()
-                ));
-            }
-            // Whether this user may create a file there (a root-owned
-            // /var/log, a read-only mount), without creating one.
-            rustix::fs::access(
-                folder,
-                rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
-            )
-            .err()
-            .map(|e| {
-                format!(
-                    "cannot be created: its folder {} is not writable: {}",
-                    folder.display(),
-                    std::io::Error::from(e)
-                )
-            })
-        }
+        Err(_) => folder_unwritable(log),
     }
+}
+
+/// Why a pid file could not be put at `path`: it is written beside and
+/// renamed over, so its folder must be writable whether or not it exists,
+/// and an existing file must be a regular one (a rename over `/dev/null`
+/// would replace the device).
+fn pid_file_unusable(path: &Path) -> Option<String> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => Some("is a folder".to_owned()),
+        Ok(m) if !m.is_file() && !m.is_symlink() => Some(
+            "is not a regular file (a device, FIFO or socket): swan replaces the file by a rename"
+                .to_owned(),
+        ),
+        _ => folder_unwritable(path),
+    }
+}
+
+/// Why a file could not be created in `path`'s folder: the folder is
+/// missing, or this user may not write there (a root-owned /var/log, a
+/// read-only mount), found without creating anything.
+fn folder_unwritable(path: &Path) -> Option<String> {
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !folder.is_dir() {
+        return Some(format!(
+            "cannot be created: its folder {} does not exist",
+            folder.display()
+        ));
+    }
+    rustix::fs::access(
+        folder,
+        rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+    )
+    .err()
+    .map(|e| {
+        format!(
+            "cannot be created: its folder {} is not writable: {}",
+            folder.display(),
+            std::io::Error::from(e)
+        )
+    })
 }
 
 /// A file swan writes (`what`: the access log, the pid file) inside a
