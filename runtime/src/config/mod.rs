@@ -188,16 +188,6 @@ impl Config {
             self.server.development = true;
         }
         if let Some(pid_file) = &overrides.pid_file {
-            if pid_file.as_os_str().is_empty() {
-                return Err(ConfigError::new(vec![Problem {
-                    file: PathBuf::from("(command line)"),
-                    line: 0,
-                    column: 0,
-                    key: "--pid-file".to_owned(),
-                    message: "an empty path names no file".to_owned(),
-                    hint: Some("give a file such as /run/swan/swan.pid".to_owned()),
-                }]));
-            }
             self.server.pid_file = Some(pid_file.clone());
             positions.pid_file = Origin::CommandLine;
         }
@@ -396,6 +386,11 @@ mod tests {
         let outside = tempfile::tempdir().expect("temp dir");
         let fine = load(&outside.path().join("swan.pid").to_string_lossy());
         assert_eq!(fine, "(valid)");
+        // The flag replaces the file's value, an empty one included.
+        std::fs::write(&file, "[server]\npid_file = \"\"\n[[site]]\nroot = \".\"\n")
+            .expect("write");
+        let replaced = load(&outside.path().join("swan.pid").to_string_lossy());
+        assert_eq!(replaced, "(valid)");
     }
 
     #[test]

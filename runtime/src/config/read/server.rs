@@ -160,20 +160,13 @@ pub(super) fn read(
         }
     }
     if let Some(v) = t.string(diag, "pid_file") {
-        if v.get_ref().is_empty() {
-            diag.error(
-                v.span(),
-                "server.pid_file",
-                "an empty path names no file",
-                Some(
-                    "give a file such as \"/run/swan/swan.pid\", or leave `pid_file` out for none"
-                        .to_owned(),
-                ),
-            );
-        } else {
-            positions.pid_file = Origin::File(v.span());
-            s.pid_file = Some(base.join(v.get_ref()));
-        }
+        positions.pid_file = Origin::File(v.span());
+        // Empty stays empty (not the folder it would join to): validation
+        // says so, unless `--pid-file` replaces it first.
+        s.pid_file = Some(match v.get_ref().as_str() {
+            "" => std::path::PathBuf::new(),
+            path => base.join(path),
+        });
     }
     s
 }

@@ -18,9 +18,17 @@ pub(super) fn check(config: &Config, finding: &mut impl FnMut(At, String, &str))
                 "point `access` at a file swan can append to (its folder must exist), or \"stdout\"",
             );
         }
-        outside_sites(config, log, At::AccessLog, "the access log", finding);
+        outside_sites(config, log, At::AccessLog, finding);
     }
     if let Some(pid_file) = &config.server.pid_file {
+        if pid_file.as_os_str().is_empty() {
+            finding(
+                At::PidFile,
+                "an empty path names no file".to_owned(),
+                "give a file such as /run/swan/swan.pid, or leave `pid_file` out for none",
+            );
+            return;
+        }
         if let Some(problem) = pid_file_unusable(pid_file) {
             finding(
                 At::PidFile,
@@ -28,7 +36,7 @@ pub(super) fn check(config: &Config, finding: &mut impl FnMut(At, String, &str))
                 "point `pid_file` at a file in a folder swan can write to, such as /run/swan/swan.pid (systemd: RuntimeDirectory=swan)",
             );
         }
-        outside_sites(config, pid_file, At::PidFile, "the pid file", finding);
+        outside_sites(config, pid_file, At::PidFile, finding);
         if let AccessLogTarget::File(log) = &config.log.access
             && resolved(log) == resolved(pid_file)
         {
@@ -45,8 +53,8 @@ pub(super) fn check(config: &Config, finding: &mut impl FnMut(At, String, &str))
 }
 
 /// Why the access log could not be appended to, found without creating
-/// it: its folder is missing or not
-/// writable, it is a folder, or an existing file cannot be appended to.
+/// it: its folder is missing or not writable, it is a folder, or an
+/// existing file cannot be appended to.
 /// Other kinds of file (`/dev/null`, a FIFO) are taken as they are:
 /// opening a FIFO here would wait for its reader.
 fn unwritable(log: &Path) -> Option<String> {
@@ -107,16 +115,20 @@ fn folder_unwritable(path: &Path) -> Option<String> {
     })
 }
 
-/// A file swan writes (`what`: the access log, the pid file) inside a
+/// A file swan writes (`at`: the access log or the pid file) inside a
 /// site's root would be served to anyone, and each write would reload the
 /// site (or rescan its servlets).
-fn outside_sites(
-    config: &Config,
-    log: &Path,
-    at: At,
-    what_file: &str,
-    finding: &mut impl FnMut(At, String, &str),
-) {
+fn outside_sites(config: &Config, log: &Path, at: At, finding: &mut impl FnMut(At, String, &str)) {
+    let (what_file, hint) = match at {
+        At::PidFile => (
+            "the pid file",
+            "write it outside every site's root and servlets folder, e.g. pid_file = \"/run/swan/swan.pid\"",
+        ),
+        _ => (
+            "the access log",
+            "write it outside every site's root and servlets folder, e.g. access = \"/var/log/swan/access.log\"",
+        ),
+    };
     // The file may not exist yet: its folder is what can be resolved.
     let Some(log) = log
         .parent()
@@ -136,14 +148,6 @@ fn outside_sites(
                 continue;
             };
             if log.starts_with(&folder) {
-                let hint = match at {
-                    At::PidFile => {
-                        "write it outside every site's root and servlets folder, e.g. pid_file = \"/run/swan/swan.pid\""
-                    }
-                    _ => {
-                        "write it outside every site's root and servlets folder, e.g. access = \"/var/log/swan/access.log\""
-                    }
-                };
                 finding(
                     at,
                     format!(
