@@ -446,7 +446,10 @@ fn read_module(file: &std::path::Path) -> Result<Vec<u8>, LoadError> {
         file: file.to_path_buf(),
         reason,
     };
-    let mut f = std::fs::File::open(file).map_err(read_error)?;
+    // Without waiting: a FIFO put where the module was (after the folder
+    // was listed) would otherwise hold this thread until a writer came.
+    let mut f = crate::regular_file::open(file, crate::regular_file::Links::Follow)
+        .map_err(read_error)?;
     let len = f.metadata().map_err(read_error)?.len();
     if len > MAX_MODULE_BYTES {
         return Err(invalid(format!(
