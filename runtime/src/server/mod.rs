@@ -14,6 +14,7 @@ pub mod handover;
 pub mod listener;
 mod parking;
 mod proxy_protocol;
+mod refused_head;
 mod sendfile;
 mod sent_body;
 mod stream;

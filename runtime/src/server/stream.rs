@@ -1,7 +1,7 @@
 //! The stream under every hyper connection: it stamps reads and writes
 //! into the connection's state (for the watchdog), tells a request
-//! boundary (for parking), says 414 where hyper says 431 for a request
-//! line that never ended, and sends files for `sendfile`.
+//! boundary (for parking), rewrites hyper's own answers to refused heads
+//! (`refused_head`), and sends files for `sendfile`.
 
 use std::io;
 use std::os::fd::AsFd;
@@ -13,16 +13,11 @@ use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::refused_head;
 use super::sendfile::{Sender, Target};
 use super::watchdog::ConnState;
 
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
-/// hyper's answer to a request head over `max_header_bytes`.
-const STATUS_431: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\n";
-/// The answer when the request line alone is over the limit, padded with
-/// spaces (allowed in a reason phrase) to the same length, so the rewrite
-/// keeps hyper's byte counts right.
-const STATUS_414: &[u8] = b"HTTP/1.1 414 URI Too Long                   \r\n";
 
 /// A stream that stamps its traffic into a [`ConnState`].
 pub(crate) struct WatchedIo<S = TcpStream> {
@@ -49,6 +44,10 @@ pub(crate) struct WatchedIo<S = TcpStream> {
     /// Whether writes here are progress: not over TLS, where they only
     /// fill rustls's buffer ([`SocketStamp`] stamps the socket's instead).
     stamps_writes: bool,
+    /// hyper's answer to a refused head, rewritten (`refused_head`) and
+    /// being written: what was sent of it, and the length of hyper's
+    /// bytes it stands for (reported written once it all is).
+    rewritten: Option<(Vec<u8>, usize, usize)>,
 }
 
 /// The socket under TLS: a write the kernel took is what `send_timeout`
@@ -149,6 +148,7 @@ impl<S> WatchedIo<S> {
             released: false,
             retry: None,
             stamps_writes: true,
+            rewritten: None,
         }
     }
 
@@ -278,16 +278,34 @@ impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {
     }
 }
 
-impl<S> WatchedIo<S> {
-    /// hyper answers any head over the limit with 431; when the request
-    /// line itself never ended, 414 is the precise answer (RFC 9112 §3).
-    fn precise_status(&self, data: &[u8]) -> Option<Vec<u8>> {
-        if self.line_done || !data.starts_with(STATUS_431) {
-            return None;
+impl<S: AsyncWrite + Unpin> WatchedIo<S> {
+    /// Writes hyper's answer to a refused head as rewritten: `Ready` with
+    /// the length of hyper's bytes once the rewritten ones are all sent
+    /// (hyper passes the same bytes again after a `Pending`).
+    fn poll_rewritten(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        loop {
+            let Some((bytes, sent, stands_for)) = self.rewritten.as_mut() else {
+                return Poll::Ready(Ok(0));
+            };
+            let result = Pin::new(&mut self.inner).poll_write(cx, &bytes[*sent..]);
+            match &result {
+                Poll::Ready(Ok(n)) if *n > 0 => {
+                    *sent += n;
+                    if *sent == bytes.len() {
+                        let done = Poll::Ready(Ok(*stands_for));
+                        self.rewritten = None;
+                        self.stamp_write(&done);
+                        return done;
+                    }
+                }
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(_) => {
+                    self.rewritten = None;
+                    self.stamp_write(&result);
+                    return result;
+                }
+            }
         }
-        let mut out = data.to_vec();
-        out[..STATUS_414.len()].copy_from_slice(STATUS_414);
-        Some(out)
     }
 }
 
@@ -332,13 +350,18 @@ impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
             this.stamp_write(&result);
             return result;
         }
-        let result = match this.precise_status(data) {
-            Some(rewritten) => {
+        if this.rewritten.is_none()
+            && let Some(r) = refused_head::rewrite(data, this.line_done)
+        {
+            if r.uri_too_long {
                 this.state.uri_too_long.store(true, Ordering::Relaxed);
-                Pin::new(&mut this.inner).poll_write(cx, &rewritten)
             }
-            None => Pin::new(&mut this.inner).poll_write(cx, data),
-        };
+            this.rewritten = Some((r.bytes, 0, data.len()));
+        }
+        if this.rewritten.is_some() {
+            return this.poll_rewritten(cx);
+        }
+        let result = Pin::new(&mut this.inner).poll_write(cx, data);
         this.stamp_write(&result);
         result
     }
@@ -420,11 +443,5 @@ mod tests {
         assert_eq!(&tail_after(&[b"\r\n\r\n", b"GET"]), b"\nGET");
         assert_eq!(&tail_after(&[b"\r\n\r\nGET / HTTP/1.1\r\nHo"]), b"\r\nHo");
         assert_eq!(&tail_after(&[b"{\"a\":1}"]), b"\":1}");
-    }
-
-    #[test]
-    fn the_414_status_line_replaces_the_431_one_byte_for_byte() {
-        assert_eq!(STATUS_414.len(), STATUS_431.len());
-        assert!(STATUS_414.ends_with(b"\r\n"));
     }
 }
