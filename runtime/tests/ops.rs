@@ -1003,6 +1003,33 @@ fn an_http2_request_reset_before_its_answer_is_logged_as_499_and_bytes_are_those
     let bytes = mid["bytes"].as_u64().expect("bytes");
     assert!(bytes <= 16 << 10, "{bytes} bytes logged, none sent");
     drop(stream);
+    // HEADs over HTTP/1.1, of a servlet and of a file: no body sent.
+    for path in ["/who/x", "/mid.html"] {
+        let head = format!("HEAD {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        assert_eq!(status_of(&raw(&public, head.as_bytes())), 200);
+    }
+    // The metric counts the bytes sent, as the log does: the reset body
+    // only what went out, the HEADs nothing.
+    let lines = read_lines(&dir.path().join("logs/access.log"), 5);
+    let logged = |route: &str| -> f64 {
+        lines
+            .iter()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+            .filter(|v| {
+                let servlet = v["path"].as_str().is_some_and(|p| p.starts_with("/who"));
+                (route == "static") != servlet
+            })
+            .map(|v| v["bytes"].as_f64().expect("bytes"))
+            .sum()
+    };
+    let metrics = get(&admin, "/metrics");
+    for (route, label) in [("static", "route=\"static\""), ("who", "route=\"/who/*\"")] {
+        assert_eq!(
+            sample(body(&metrics), "swan_response_body_bytes_total", &[label]),
+            Some(logged(route)),
+            "{route}: {lines:?}"
+        );
+    }
     stop(s.child);
 }
 

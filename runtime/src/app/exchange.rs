@@ -19,17 +19,18 @@ use crate::servlet::Route;
 use crate::site::Site;
 
 /// What is left to record when a response's body has been sent: its
-/// access log line, and the bytes of a body whose size was not known.
+/// access log line, and the bytes of a body that may not go whole.
 pub struct Exchange {
     pub(super) started: Instant,
-    pub(super) unknown_size: Option<Arc<RouteCounters>>,
+    /// Where the bytes sent are counted, for a body counted at its end.
+    pub(super) count_at_end: Option<Arc<RouteCounters>>,
     pub(super) log: Option<Entry>,
 }
 
 impl Exchange {
     /// The body is sent (or the client went away): `bytes` went out.
     pub fn finish(self, observe: &Observe, bytes: u64) {
-        if let Some(counters) = self.unknown_size {
+        if let Some(counters) = self.count_at_end {
             counters.add_bytes(bytes);
         }
         if let (Some(mut entry), Some(log)) = (self.log, &observe.access_log) {

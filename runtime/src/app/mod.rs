@@ -37,6 +37,10 @@ mod exchange;
 pub use exchange::Exchange;
 use exchange::{LogHead, Unanswered};
 
+/// A body from memory this size or smaller goes to hyper in one piece
+/// (HTTP/2 hands over 16 KiB pieces), so it is sent whole or not at all.
+const WHOLE_BODY_BYTES: u64 = 16 << 10;
+
 /// Sent as `Server` on every response.
 pub const SERVER_NAME: HeaderValue = HeaderValue::from_static("swan");
 pub use crate::request::id::REQUEST_ID_HEADER;
@@ -216,9 +220,9 @@ impl App {
             peer.forwarded(req.headers(), &self.server.proxy)
         };
         let log_head = self.observe.access_log.is_some().then(|| LogHead::of(&req));
+        let is_head = req.method() == Method::HEAD;
         // HTTP/2: whether this is a HEAD (see `strip_h2_body`).
-        let h2_head =
-            (req.version() == http::Version::HTTP_2).then(|| req.method() == Method::HEAD);
+        let h2_head = (req.version() == http::Version::HTTP_2).then_some(is_head);
         let sites = self.sites.load();
         let site = sites.for_host(host_of(&req));
         let routing = Routing {
@@ -274,7 +278,22 @@ impl App {
                 sc.cache_hits.add(1);
             }
         }
-        counters.record(status, size.unwrap_or(0), elapsed);
+        // Bytes are those sent, as in the access log: none for a HEAD
+        // (its Content-Length is the GET's); counted when the body ends
+        // for one that may not go whole (streamed, a file the connection
+        // sends, larger than one piece), since its client can leave
+        // part-way; at once for the rest (small bodies from memory, sent
+        // whole in one piece), which spares them a clone of the counters.
+        let count_at_end = match size {
+            _ if is_head => None,
+            Some(n) if n <= WHOLE_BODY_BYTES && !res.body().is_streamed() => None,
+            _ => Some(Arc::clone(&counters)),
+        };
+        let counted_now = match (&count_at_end, size) {
+            (None, Some(n)) if !is_head => n,
+            _ => 0,
+        };
+        counters.record(status, counted_now, elapsed);
         if !span.is_disabled() {
             span.record("site", site.config.name.as_str());
             span.record("status", status);
@@ -285,12 +304,9 @@ impl App {
             let route = exchange::route_name(&counters, hit);
             head.entry(client, status, elapsed, site, route, id)
         });
-        // A body of unknown size (a streaming servlet) counts its bytes
-        // when it is sent.
-        let unknown_size = size.is_none().then(|| Arc::clone(&counters));
-        let exchange = (unknown_size.is_some() || log.is_some()).then_some(Exchange {
+        let exchange = (count_at_end.is_some() || log.is_some()).then_some(Exchange {
             started,
-            unknown_size,
+            count_at_end,
             log,
         });
         (res, exchange)
