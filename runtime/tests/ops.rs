@@ -215,6 +215,49 @@ fn the_admin_listener_reports_health_metrics_and_status() {
     );
     // The public port does not serve admin paths.
     assert_eq!(status_of(&get(&public, "/metrics")), 404);
+    // A new version of the trapping servlet (a different module) carries
+    // on its route's servlet counters and recent errors.
+    let fixed = wat::parse_str(&TRAP.replace("unreachable", "i32.const 0")).expect("fixed");
+    let tmp = dir.path().join("trap.wasm.tmp");
+    std::fs::write(&tmp, fixed).expect("fixed");
+    std::fs::rename(&tmp, dir.path().join("servlets/trap.wasm")).expect("rename");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Traps while the old version still serves.
+    let mut traps = 3;
+    loop {
+        match status_of(&get(&public, "/trap/x")) {
+            200 => break,
+            500 => traps += 1,
+            other => panic!("/trap/x answered {other}"),
+        }
+        assert!(Instant::now() < deadline, "the new version never served");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let metrics = get(&admin, "/metrics");
+    assert_eq!(
+        sample(
+            body(&metrics),
+            "swan_servlet_traps_total",
+            &["route=\"/trap/*\""]
+        ),
+        Some(f64::from(traps)),
+        "{metrics}"
+    );
+    let status = get(&admin, "/status.json");
+    let json: serde_json::Value = serde_json::from_str(body(&status)).expect("status JSON");
+    let trap = &json["sites"][0]["servlets"]
+        .as_array()
+        .expect("servlets")
+        .iter()
+        .find(|s| s["route"] == "/trap/*")
+        .expect("trap servlet")
+        .clone();
+    assert_eq!(trap["traps"], traps, "{trap}");
+    assert_eq!(
+        trap["recent_errors"].as_array().map(Vec::len),
+        Some(traps.min(10) as usize),
+        "{trap}"
+    );
     stop(s.child);
 }
 

@@ -162,7 +162,7 @@ impl Loader {
     /// module the baseline compiler cannot handle goes to Cranelift), and
     /// starts filling its pool.
     pub fn load_servlet(&self, info: ServletInfo, tier: Tier) -> Result<Arc<Servlet>, LoadError> {
-        self.load_counting(info, tier, None)
+        self.load_counting(info, tier, Counting::Fresh)
     }
 
     /// `old`'s file compiled again with the optimising compiler: the same
@@ -172,20 +172,26 @@ impl Loader {
     /// ([`Servlet::went_live`]): one discarded must not replace the time
     /// of the code serving.
     pub fn load_optimised(&self, old: &Servlet) -> Result<Arc<Servlet>, LoadError> {
-        self.load_counting(old.info().clone(), Tier::Optimized, Some(old.stats.clone()))
+        self.load_counting(
+            old.info().clone(),
+            Tier::Optimized,
+            Counting::Recompiling(old.stats.clone()),
+        )
     }
 
     fn load_counting(
         &self,
         info: ServletInfo,
         tier: Tier,
-        carried: Option<Arc<super::stats::ServletStats>>,
+        counting: Counting,
     ) -> Result<Arc<Servlet>, LoadError> {
         let started = std::time::Instant::now();
-        // Counting on in another version's stats: its compile time is set
-        // when it goes live.
-        let carries_on = carried.is_some();
-        let stats = carried.unwrap_or_default();
+        // An optimising recompile's compile time is set when it goes live.
+        let carries_on = matches!(counting, Counting::Recompiling(_));
+        let stats = match counting {
+            Counting::Fresh => Arc::default(),
+            Counting::Replacing(stats) | Counting::Recompiling(stats) => stats,
+        };
         let info = Arc::new(info);
         let before = FileStamp::of(&info.file);
         let bytes = read_module(&info.file)?;
@@ -350,10 +356,13 @@ impl Loader {
                 .map(|(path, step)| match step {
                     Step::Ready(l, r) => (path, Step::Ready(l, r)),
                     Step::Compile(info, tried, old) => {
+                        let counting = old.as_ref().map_or(Counting::Fresh, |o| {
+                            Counting::Replacing(o.servlet.stats.clone())
+                        });
                         let handle = scope.spawn(move || {
                             let started = std::time::Instant::now();
                             let file = info.file.clone();
-                            let loaded = self.load_servlet(*info, tier);
+                            let loaded = self.load_counting(*info, tier, counting);
                             tracing::debug!(file = %file.display(), took_ms = started.elapsed().as_millis() as u64, "servlet compiled and checked");
                             loaded
                         });
@@ -427,6 +436,19 @@ impl Loader {
     }
 }
 
+/// Whose counters a servlet being loaded counts in (see `ServletStats`).
+enum Counting {
+    /// Its own, from zero: a route new to the site.
+    Fresh,
+    /// Those of the version it replaces on the same route and file, so
+    /// the route's servlet series and recent errors carry on across a
+    /// deploy; its compile time is its own.
+    Replacing(Arc<super::stats::ServletStats>),
+    /// Those of the same version, compiled again by the optimising
+    /// compiler; its compile time counts once it is swapped in.
+    Recompiling(Arc<super::stats::ServletStats>),
+}
+
 /// The largest module file swan reads (an interpreter carried in a
 /// component is 13 to 40 MB): past it, a file is refused before it is
 /// read, not held whole in memory to be found wrong.
@@ -448,8 +470,8 @@ fn read_module(file: &std::path::Path) -> Result<Vec<u8>, LoadError> {
     };
     // Without waiting: a FIFO put where the module was (after the folder
     // was listed) would otherwise hold this thread until a writer came.
-    let mut f = crate::regular_file::open(file, crate::regular_file::Links::Follow)
-        .map_err(read_error)?;
+    let mut f =
+        crate::regular_file::open(file, crate::regular_file::Links::Follow).map_err(read_error)?;
     let len = f.metadata().map_err(read_error)?.len();
     if len > MAX_MODULE_BYTES {
         return Err(invalid(format!(

@@ -1,6 +1,6 @@
-//! What a servlet has done since its version was loaded (an optimising
-//! recompile of the same file carries on counting), for metrics and the status
-//! page: instances made, requests that trapped, timed out or found no free
+//! What a route's servlet has done since the route was loaded (a new
+//! version of its file, and an optimising recompile, carry on counting),
+//! for metrics and the status page: instances made, requests that trapped, timed out or found no free
 //! instance, its compile time, its last few errors. Counted off the hot
 //! path's way: sharded counters, and a lock only when an error happens.
 
