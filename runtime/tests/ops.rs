@@ -192,7 +192,7 @@ fn the_admin_listener_reports_health_metrics_and_status() {
     assert_eq!(
         status_of(&raw(
             &admin,
-            b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            b"POST /metrics HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         )),
         405
     );
@@ -202,7 +202,7 @@ fn the_admin_listener_reports_health_metrics_and_status() {
     assert_eq!(
         status_of(&raw(
             &admin,
-            b"POST /nope HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            b"POST /nope HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         )),
         404
     );
@@ -217,7 +217,7 @@ fn the_admin_listener_reports_health_metrics_and_status() {
     assert_eq!(status_of(&get(&public, "/metrics")), 404);
     // A new version of the trapping servlet (a different module) carries
     // on its route's servlet counters and recent errors.
-    let fixed = wat::parse_str(&TRAP.replace("unreachable", "i32.const 0")).expect("fixed");
+    let fixed = wat::parse_str(TRAP.replace("unreachable", "i32.const 0")).expect("fixed");
     let tmp = dir.path().join("trap.wasm.tmp");
     std::fs::write(&tmp, fixed).expect("fixed");
     std::fs::rename(&tmp, dir.path().join("servlets/trap.wasm")).expect("rename");
@@ -921,6 +921,14 @@ fn production_keys_are_checked_at_load() {
             "[admin]\nlisten = \"127.0.0.1:8080\"\n[[site]]\nroot = \"www\"\n",
             "overlaps server.listen[0]",
         ),
+        (
+            "[admin]\nhosts = [\"metrics.internal:9090\"]\n[[site]]\nroot = \"www\"\n",
+            "is not a host name",
+        ),
+        (
+            "[admin]\nhosts = [\"*.internal\"]\n[[site]]\nroot = \"www\"\n",
+            "there are no wildcards",
+        ),
         // An access log that serve could not open.
         (
             "[log]\naccess = \"no-such-folder/access.log\"\n[[site]]\nroot = \"www\"\n",
@@ -959,6 +967,71 @@ fn production_keys_are_checked_at_load() {
         assert!(err.contains(expect), "{toml}\n{err}");
         assert!(err.contains("swan.toml:") && err.contains("hint:"), "{err}");
     }
+}
+
+/// The admin listener answers IP addresses, `localhost` and the names
+/// `[admin] hosts` lists, and nothing else (a page whose name was
+/// rebound to 127.0.0.1 cannot read it); its status page forbids scripts
+/// and framing. `[::]` is IPv6 only, so it can share a port number with
+/// an IPv4 public listener.
+#[test]
+fn the_admin_listener_answers_only_its_own_names_and_pages_carry_no_script() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let v6 = std::net::TcpListener::bind("[::1]:0").is_ok();
+    let admin_addr = if v6 {
+        format!("[::]:{port}")
+    } else {
+        "127.0.0.1:0".to_owned()
+    };
+    let dir = with_servlets(&format!(
+        "[server]\nlisten = [\"127.0.0.1:{port}\"]\n[admin]\nlisten = \"{admin_addr}\"\nhosts = [\"Metrics.Internal.\"]\n[[site]]\nroot = \"www\"\n"
+    ));
+    let s = start(dir.path(), &[], true);
+    let admin = if v6 {
+        format!("[::1]:{port}")
+    } else {
+        s.admin.clone().expect("admin")
+    };
+    let with_host = |host: &str, path: &str| {
+        raw(
+            &admin,
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+    };
+    for host in [
+        "127.0.0.1:9090",
+        "[::1]:9090",
+        "localhost",
+        "metrics.internal:9090",
+    ] {
+        assert_eq!(status_of(&with_host(host, "/status.json")), 200, "{host}");
+    }
+    for host in [
+        "attacker.example",
+        "attacker.example:9090",
+        "metrics.internal.attacker.example",
+    ] {
+        let reply = with_host(host, "/status.json");
+        assert_eq!(status_of(&reply), 421, "{host}: {reply}");
+        assert!(!body(&reply).contains("attacker"), "{reply}");
+    }
+    let page = with_host("localhost", "/");
+    let head = page
+        .split("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert!(
+        head.contains("content-security-policy: default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"),
+        "{head}"
+    );
+    assert!(head.contains("x-content-type-options: nosniff"), "{head}");
+    // The public port is still the public site, on the same number.
+    assert_eq!(status_of(&get(&format!("127.0.0.1:{port}"), "/")), 200);
+    stop(s.child);
 }
 
 /// `/spin`: loops until its deadline.

@@ -10,6 +10,7 @@
 //! - `/metrics`: Prometheus text format (`metrics`);
 //! - `/` and `/status.json`: the status page (`status`).
 
+mod host;
 mod metrics;
 mod status;
 
@@ -88,12 +89,14 @@ pub type Loading = Arc<std::sync::OnceLock<Arc<App>>>;
 pub fn start(
     app: Loading,
     addr: SocketAddr,
+    hosts: &[String],
     inherited: Option<TcpListener>,
 ) -> Result<Admin, AdminError> {
+    let hosts: Arc<[String]> = hosts.into();
     let error = |source| AdminError { addr, source };
     let listener = match inherited {
         Some(l) => l,
-        None => TcpListener::bind(addr).map_err(error)?,
+        None => crate::server::listener::bind_single(addr).map_err(error)?,
     };
     listener.set_nonblocking(true).map_err(error)?;
     let bound = listener.local_addr().map_err(error)?;
@@ -108,7 +111,7 @@ pub fn start(
         .spawn(move || {
             runtime.block_on(async {
                 tokio::select! {
-                    () = serve(app, listener) => {}
+                    () = serve(app, hosts, listener) => {}
                     Ok(()) = stopped => {}
                 }
             });
@@ -121,7 +124,7 @@ pub fn start(
     })
 }
 
-async fn serve(app: Loading, listener: TcpListener) {
+async fn serve(app: Loading, hosts: Arc<[String]>, listener: TcpListener) {
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
         tracing::error!("cannot register the admin listener");
         return;
@@ -143,12 +146,12 @@ async fn serve(app: Loading, listener: TcpListener) {
         {
             oldest.abort();
         }
-        let app = app.clone();
+        let (app, hosts) = (app.clone(), hosts.clone());
         let task = tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let app = app.clone();
+                let (app, hosts) = (app.clone(), hosts.clone());
                 async move {
-                    let mut res = answer(&app, req).await;
+                    let mut res = answer(&app, &hosts, req).await;
                     res.headers_mut()
                         .insert(header::SERVER, crate::app::SERVER_NAME);
                     Ok::<_, Infallible>(res)
@@ -179,6 +182,10 @@ fn reply(
     h.insert(
         header::CACHE_CONTROL,
         http::HeaderValue::from_static("no-store"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        http::HeaderValue::from_static("nosniff"),
     );
     res
 }
@@ -269,11 +276,23 @@ const PAGES: [(&str, Page); 5] = [
     ("/", Page::Status),
 ];
 
-async fn answer(app: &Loading, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn answer(app: &Loading, hosts: &[String], req: Request<Incoming>) -> Response<Full<Bytes>> {
     // The Host is checked as on the public port (RFC 9112 §3.2: HTTP/1.1
     // needs one, and no request two or a malformed one).
     if let Err(e) = crate::request::checks::host(&req) {
         return reply(StatusCode::BAD_REQUEST, "text/plain", format!("{e}\n"));
+    }
+    let named = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().as_bytes())
+        .or_else(|| req.headers().get(header::HOST).map(|h| h.as_bytes()));
+    if !host::allowed(named, hosts) {
+        return reply(
+            StatusCode::MISDIRECTED_REQUEST,
+            "text/plain",
+            "misdirected: the admin listener answers IP addresses, localhost and the names [admin] hosts lists\n",
+        );
     }
     let page = PAGES
         .iter()
@@ -350,11 +369,20 @@ async fn answer_page(app: &Arc<App>, page: Page) -> Response<Full<Bytes>> {
         Page::Status => {
             let stores = store_states(app, |_| true).await;
             let ready = readiness_word(app, &stores).await;
-            reply(
+            let mut res = reply(
                 StatusCode::OK,
                 "text/html; charset=utf-8",
                 status::html(&status::json(app, &ready, &stores)),
-            )
+            );
+            // The page has its own styles and nothing else: no script, no
+            // other origin, not framed.
+            res.headers_mut().insert(
+                header::CONTENT_SECURITY_POLICY,
+                http::HeaderValue::from_static(
+                    "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+                ),
+            );
+            res
         }
     }
 }

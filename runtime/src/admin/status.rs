@@ -185,7 +185,7 @@ pub(crate) fn html(status: &Value) -> String {
          <meta http-equiv=refresh content={REFRESH_SECONDS}>\
          <meta name=viewport content=\"width=device-width\">\
          <title>swan status</title><style>\
-         body{{font:14px system-ui,sans-serif;margin:1.5em;color:#222}}\
+         body{{font:14px system-ui,sans-serif;margin:1.5em;color:#222;overflow-wrap:anywhere}}\
          h1{{font-size:1.4em}}h2{{font-size:1.15em;margin-top:1.6em}}\
          table{{border-collapse:collapse;margin:.4em 0}}td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}}\
          th{{background:#f3f3f3}}.ok{{color:#080}}.bad{{color:#b00}}code{{font-size:.95em}}\

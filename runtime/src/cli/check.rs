@@ -61,6 +61,9 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
                 "admin: http://{}/ (/livez, /readyz, /metrics)",
                 admin.listen
             );
+            if !admin.hosts.is_empty() {
+                outln!("  answers for: {}", admin.hosts.join(", "));
+            }
             if !admin.listen.ip().is_loopback() {
                 errln!(
                     "warning: the admin listener {} is not on loopback: its status page shows paths, errors and file names; keep it off the public network (firewall it, or listen on 127.0.0.1)",

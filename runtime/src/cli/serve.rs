@@ -56,7 +56,7 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
         .as_ref()
         .and_then(|a| inherited.as_mut().and_then(|h| h.take_admin(a.listen)));
     let start_admin = |socket| match &config.admin {
-        Some(a) => swan::admin::start(loading.clone(), a.listen, socket)
+        Some(a) => swan::admin::start(loading.clone(), a.listen, &a.hosts, socket)
             .with_context(|| format!("pick another address with `listen` in [admin] of {file}"))
             .map(Some),
         None => Ok(None),

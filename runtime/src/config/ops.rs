@@ -112,6 +112,9 @@ pub struct AdminConfig {
     /// Whether `/readyz` fails while a store a route lists is
     /// unreachable. Default: true.
     pub ready_needs_stores: bool,
+    /// Host names it answers besides IP addresses and `localhost`
+    /// (lowercase, without a trailing dot). Default: none.
+    pub hosts: Vec<String>,
 }
 
 /// `[log]`: the access log.

@@ -94,7 +94,8 @@ pub(crate) fn get(addr: &str, path: &str) -> String {
         .expect("timeout");
     stream
         .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
         )
         .expect("write");
     let mut reply = String::new();

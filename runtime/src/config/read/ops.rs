@@ -20,7 +20,7 @@ pub(crate) const TLS_KEYS: &[&str] = &["cert", "key", "redirect_http", "hsts"];
 /// Keys of `[server.proxy]`.
 pub(crate) const PROXY_KEYS: &[&str] = &["trusted"];
 /// Keys of `[admin]`.
-pub(crate) const ADMIN_KEYS: &[&str] = &["listen", "ready_needs_stores"];
+pub(crate) const ADMIN_KEYS: &[&str] = &["listen", "ready_needs_stores", "hosts"];
 /// Keys of `[log]`.
 pub(crate) const LOG_KEYS: &[&str] = &["access", "format", "buffer"];
 
@@ -267,9 +267,25 @@ pub(super) fn admin(
         return None;
     }
     let ready_needs_stores = t.bool(diag, "ready_needs_stores").unwrap_or(true);
+    let mut hosts = Vec::new();
+    for h in t.strings(diag, "hosts").unwrap_or_default() {
+        match super::site::host_name(h.get_ref()) {
+            Ok(host) => hosts.push(host),
+            Err((message, _)) => diag.error(
+                h.span(),
+                &t.key_path("hosts"),
+                message,
+                Some(
+                    "list the bare names the admin listener is reached by, such as \"metrics.internal\" (IP addresses and localhost are always answered)"
+                        .to_owned(),
+                ),
+            ),
+        }
+    }
     Some(AdminConfig {
         listen,
         ready_needs_stores,
+        hosts,
     })
 }
 

@@ -431,7 +431,7 @@ pub(super) fn read(
 /// Host is read); an IPv6 address in brackets. Else what is wrong, and a
 /// hint: an entry that could never match a request is an error, not a
 /// site nobody reaches.
-fn host_name(raw: &str) -> Result<String, (String, &'static str)> {
+pub(super) fn host_name(raw: &str) -> Result<String, (String, &'static str)> {
     let host = raw.trim().to_ascii_lowercase();
     let bare = "write the bare name, such as \"example.com\", without scheme or port";
     if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
