@@ -624,9 +624,9 @@ fn a_stdout_log_nobody_reads_does_not_hold_the_stop() {
         "[server]\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\ndrain_timeout = \"2s\"\n\
          [log]\naccess = \"stdout\"\n[[site]]\nroot = \"www\"\n",
     );
-    let (mut child, public, _stderr) = serve_logging_to_stdout(dir.path());
-    // stdout is held open and never read.
-    let _stdout = child.stdout.take().expect("stdout");
+    let (mut child, public, stderr) = serve_logging_to_stdout(dir.path());
+    // stdout is held open and never read (until the end).
+    let mut stdout = child.stdout.take().expect("stdout");
     // Far more lines than a pipe holds (64 KiB), on keep-alive connections.
     let long = "x".repeat(2000);
     std::thread::scope(|scope| {
@@ -665,6 +665,24 @@ fn a_stdout_log_nobody_reads_does_not_hold_the_stop() {
         "{:?}",
         stopping.elapsed()
     );
+    // The stop says what was lost: the lines never written, and those of
+    // the stuck write, of which the pipe took some.
+    let line = stderr_line(&stderr, "could not be written within").expect("the stop's report");
+    let number = |key: &str| -> u64 {
+        line.split(&format!("{key}="))
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {line}"))
+    };
+    let mut piped = Vec::new();
+    stdout.read_to_end(&mut piped).expect("read the pipe");
+    let whole = piped.iter().filter(|&&b| b == b'\n').count() as u64;
+    let (waiting, being_written) = (number("waiting"), number("being_written"));
+    assert!(being_written > 0, "{line}");
+    // Every answered request is in the pipe, or among those counted.
+    assert!(whole + waiting + being_written >= 600, "{whole} + {line}");
+    assert!(whole + waiting <= 600, "{whole} + {line}");
 }
 
 /// Four clients pipelining 50 requests each (static and servlet, the last
@@ -895,6 +913,14 @@ fn production_keys_are_checked_at_load() {
         (
             "[log]\nbuffer = 0\n[[site]]\nroot = \"www\"\n",
             "would drop every line",
+        ),
+        (
+            "[log]\naccess = \"\"\n[[site]]\nroot = \"www\"\n",
+            "an empty path",
+        ),
+        (
+            "[log]\naccess = \"stderr\"\n[[site]]\nroot = \"www\"\n",
+            "\"stderr\" would be a file of that name",
         ),
         // Inside a root (as written, or through `..`), or a servlets folder.
         (

@@ -300,15 +300,26 @@ pub(super) fn log(
     if let Some(v) = t.string(diag, "access") {
         *position = Some(v.span());
         l.access = match v.get_ref().as_str() {
-            "off" | "" => AccessLogTarget::Off,
+            "off" => AccessLogTarget::Off,
             "stdout" | "-" => AccessLogTarget::Stdout,
-            // Meant as a word, not as a file of that name.
-            word @ ("STDOUT" | "Stdout" | "OFF" | "Off" | "none" | "None" | "NONE") => {
+            "" => {
+                diag.error(
+                    v.span(),
+                    "log.access",
+                    "an empty path",
+                    Some("write \"off\" to turn the access log off, \"stdout\", or a path such as \"logs/access.log\"".to_owned()),
+                );
+                AccessLogTarget::Off
+            }
+            // Meant as a word, not as a file of that name (stderr is
+            // swan's own log, which access lines would drown).
+            word @ ("STDOUT" | "Stdout" | "OFF" | "Off" | "none" | "None" | "NONE" | "stderr"
+            | "STDERR" | "Stderr") => {
                 diag.error(
                     v.span(),
                     "log.access",
                     format!("{word:?} would be a file of that name"),
-                    Some("write \"stdout\" or \"off\" (lower case), or a path such as \"logs/access.log\"".to_owned()),
+                    Some("write \"stdout\" or \"off\" (lower case), or a path such as \"logs/access.log\"; swan's own log goes to stderr, so access lines go to stdout or a file (\"./stderr\" for a file of that name)".to_owned()),
                 );
                 AccessLogTarget::Off
             }

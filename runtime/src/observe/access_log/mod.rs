@@ -150,16 +150,21 @@ impl AccessLog {
                 }
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                let waiting: usize = self
+                let waiting: u64 = self
                     .shared
                     .shards
                     .iter()
-                    .map(|s| lock(s).lines.ends.len())
+                    .map(|s| lock(s).lines.ends.len() as u64)
                     .sum();
-                self.shared.dropped.add(waiting as u64);
+                // A write stuck in the kernel may have handed part of its
+                // batch over (a pipe takes what fits, then blocks): those
+                // lines are not known to be lost.
+                let being_written = self.shared.unwritten.load(Ordering::Acquire);
+                self.shared.dropped.add(waiting);
                 tracing::error!(
                     waiting,
-                    "the access log could not be written within {} s (a reader that stopped reading, or a hung disk): stopping without it",
+                    being_written,
+                    "the access log could not be written within {} s (a reader that stopped reading, or a hung disk): stopping without it; the `waiting` lines were never written, and of the `being_written` lines of the write under way those the reader had not taken are lost",
                     CLOSE_WAIT.as_secs()
                 );
             }
@@ -198,6 +203,9 @@ struct Shared {
     /// Numbers the lines in the order they were logged, across shards.
     sequence: CachePadded<AtomicU64>,
     writer: OnceLock<Thread>,
+    /// Lines of the batch being written not yet written whole: what a
+    /// stop that cannot wait for the writer loses besides the shards'.
+    unwritten: AtomicU64,
     /// The writer thread, and what tells that it has returned.
     handle: Mutex<Option<(JoinHandle<()>, std::sync::mpsc::Receiver<()>)>>,
 }
@@ -240,6 +248,7 @@ impl Shared {
             closing: AtomicBool::new(false),
             sequence: CachePadded::new(AtomicU64::new(0)),
             writer: OnceLock::new(),
+            unwritten: AtomicU64::new(0),
             handle: Mutex::new(None),
         }
     }
@@ -342,9 +351,9 @@ impl Writer {
                 self.taken.push(i);
             }
         }
-        let text: &[u8] = match self.taken.as_slice() {
+        let (text, lines): (&[u8], usize) = match self.taken.as_slice() {
             [] => return,
-            [one] => &self.spares[*one].text,
+            [one] => (&self.spares[*one].text, self.spares[*one].ends.len()),
             _ => {
                 self.order.clear();
                 for &i in &self.taken {
@@ -360,9 +369,11 @@ impl Writer {
                     self.merged
                         .extend_from_slice(&self.spares[i].text[start..end]);
                 }
-                &self.merged
+                (&self.merged, self.order.len())
             }
         };
+        let unwritten = &self.shared.unwritten;
+        unwritten.store(lines as u64, Ordering::Release);
         // A line cut short by an earlier failure is ended first, so the
         // next one does not run on from it.
         if self.mid_line {
@@ -373,9 +384,11 @@ impl Writer {
             self.mid_line = ended.is_err();
         }
         let (sent, failed) = match &mut self.out {
-            Output::Stdout => write_some(&mut io::stdout().lock(), text),
-            Output::File { file, .. } => write_some(file, text),
+            Output::Stdout => write_some(&mut io::stdout().lock(), text, unwritten),
+            Output::File { file, .. } => write_some(file, text, unwritten),
         };
+        // Written, or counted as dropped below.
+        unwritten.store(0, Ordering::Release);
         if let Some(e) = failed {
             // The lines not written whole are lost: counted as dropped,
             // and reported once per REPORT_FAILURES_EVERY, not once per
@@ -440,7 +453,7 @@ impl Writer {
                     tracing::info!(path = %path.display(), "access log reopened");
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, "cannot reopen the access log; still writing to the old file")
+                    tracing::error!(path = %e.path.display(), error = %e.source, "cannot reopen the access log; still writing to the old file (send SIGUSR1 again once it can be opened)")
                 }
             }
         }
@@ -448,13 +461,25 @@ impl Writer {
 }
 
 /// Writes as much of `text` as `out` takes; how much, and the error that
-/// stopped it.
-fn write_some(out: &mut impl Write, text: &[u8]) -> (usize, Option<io::Error>) {
+/// stopped it. `unwritten` (the lines of `text`) goes down by the lines a
+/// partial write finished, so that a stop while a write is stuck knows
+/// what is lost.
+fn write_some(
+    out: &mut impl Write,
+    text: &[u8],
+    unwritten: &AtomicU64,
+) -> (usize, Option<io::Error>) {
     let mut sent = 0;
     while sent < text.len() {
         match out.write(&text[sent..]) {
             Ok(0) => return (sent, Some(io::ErrorKind::WriteZero.into())),
-            Ok(n) => sent += n,
+            Ok(n) => {
+                if sent + n < text.len() {
+                    let ended = text[sent..sent + n].iter().filter(|&&b| b == b'\n').count();
+                    unwritten.fetch_sub(ended as u64, Ordering::AcqRel);
+                }
+                sent += n;
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return (sent, Some(e)),
         }
