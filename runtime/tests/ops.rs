@@ -1755,5 +1755,18 @@ fn removed_routes_leave_the_metrics() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(series("/who/*") > 0, "a route that stays keeps its series");
-    stop(s.child);
+    // Each removal is a log line naming the route.
+    let log = stop(s.child);
+    for route in ["/v1/*", "/api-v1/*"] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("servlet removed") && l.contains(&format!("route={route}"))),
+            "{route}: {log}"
+        );
+    }
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("servlet removed") && l.contains("route=/who/*")),
+        "{log}"
+    );
 }

@@ -283,10 +283,18 @@ impl Loader {
                 origin: p.origin,
             });
         }
+        let loaded: Vec<Loaded> = loaded.into_iter().flatten().collect();
+        for gone in previous
+            .iter()
+            .flat_map(|p| &p.loaded)
+            .filter(|old| !routes.iter().any(|r| r.path == old.path))
+        {
+            tracing::info!(route = %gone.path, file = %gone.servlet.info().file.display(), "servlet removed: its route is gone (requests under way finish on it)");
+        }
         SiteServlets {
             routes,
             refused,
-            loaded: loaded.into_iter().flatten().collect(),
+            loaded,
             builds,
         }
     }

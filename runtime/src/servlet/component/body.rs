@@ -241,9 +241,17 @@ pub(crate) struct Ends {
     pub task: tokio::task::AbortHandle,
     /// Dropped with the body: a p3 guest's event loop runs until then.
     pub sent: Option<oneshot::Sender<()>>,
-    /// Where a failure after the head is counted, and the request's id.
-    pub tally: (Arc<ServletStats>, String),
+    /// Where a failure after the head is counted and named: the
+    /// servlet's counters, the request's id, the servlet.
+    pub tally: Tally,
 }
+
+/// Where a body's failure is counted, and what its log line names.
+pub(crate) type Tally = (
+    Arc<ServletStats>,
+    String,
+    Arc<crate::servlet::info::ServletInfo>,
+);
 
 /// A component's response body.
 pub(crate) struct GuestBody {
@@ -255,7 +263,7 @@ pub(crate) struct GuestBody {
     ended: bool,
     _sent: Option<oneshot::Sender<()>>,
     /// Taken when the body fails: counted once.
-    tally: Option<(Arc<ServletStats>, String)>,
+    tally: Option<Tally>,
     /// Bytes the body may still carry (`max_response_bytes`, when set).
     room: Option<u64>,
     /// Bytes the guest's own `Content-Length` still allows: hyper would
@@ -285,10 +293,10 @@ impl GuestBody {
     /// The body fails because the guest did: the client sees an abort,
     /// and the servlet's counters see a trap or a timeout.
     fn fail(&mut self, why: String) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
-        if let Some((stats, id)) = self.tally.take() {
+        if let Some((stats, id, info)) = self.tally.take() {
             let timed_out = why.contains("deadline");
             let first = why.lines().next().unwrap_or_default();
-            tracing::warn!(request_id = %id, error = %first, "response aborted: the servlet failed after setting its response head (the client sees the connection or stream reset, not an error status)");
+            tracing::warn!(servlet = %info.name, request_id = %id, error = %first, "response aborted: the servlet failed after setting its response head (the client sees the connection or stream reset, not an error status)");
             stats.failed_mid_stream(&why, timed_out, &id);
         }
         Poll::Ready(Some(Err(io::Error::other(why))))

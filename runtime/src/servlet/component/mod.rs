@@ -546,7 +546,7 @@ impl Guest for ComponentGuest {
                     outcome: outcome_rx,
                     task: abort,
                     sent,
-                    tally: (stats, id),
+                    tally: (stats, id, self.info.clone()),
                 };
                 let res = res.map(|b| Body::stream(GuestBody::new(b, ends, limit, declared)));
                 Ok(res)
