@@ -315,11 +315,16 @@ pub(super) fn log(
             // swan's own log, which access lines would drown).
             word @ ("STDOUT" | "Stdout" | "OFF" | "Off" | "none" | "None" | "NONE" | "stderr"
             | "STDERR" | "Stderr") => {
+                let hint = if word.eq_ignore_ascii_case("stderr") {
+                    "swan's own log goes to stderr: write \"stdout\", or a path (\"./stderr\" for a file of that name)"
+                } else {
+                    "write \"stdout\" or \"off\" (lower case), or a path such as \"logs/access.log\""
+                };
                 diag.error(
                     v.span(),
                     "log.access",
                     format!("{word:?} would be a file of that name"),
-                    Some("write \"stdout\" or \"off\" (lower case), or a path such as \"logs/access.log\"; swan's own log goes to stderr, so access lines go to stdout or a file (\"./stderr\" for a file of that name)".to_owned()),
+                    Some(hint.to_owned()),
                 );
                 AccessLogTarget::Off
             }
