@@ -1770,3 +1770,104 @@ fn removed_routes_leave_the_metrics() {
         "{log}"
     );
 }
+
+/// A configuration reload's entry on the status page says what the log
+/// says: servlets it refused, and settings left for a restart.
+#[test]
+fn a_configuration_reload_names_refused_servlets_and_restart_settings_on_the_status_page() {
+    let base = "[server]\nlisten = [\"127.0.0.1:0\"]\n[admin]\nlisten = \"127.0.0.1:0\"\n";
+    let dir = with_servlets(&format!(
+        "{base}[[site]]\nname = \"main\"\nroot = \"www\"\nservlets = \"servlets\"\n"
+    ));
+    std::fs::create_dir(dir.path().join("extra")).expect("extra");
+    std::fs::write(dir.path().join("extra/bad.wasm"), b"not wasm").expect("bad");
+    let s = start(dir.path(), &[], true);
+    let admin = s.admin.clone().expect("admin");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        format!(
+            "{base}ready_needs_stores = false\n[[site]]\nname = \"main\"\nroot = \"www\"\nservlets = \"servlets\"\n\
+             [[site.route]]\npath = \"/bad/*\"\nservlet = \"extra/bad.wasm\"\n"
+        ),
+    )
+    .expect("config");
+    let _ = Command::new("kill")
+        .args(["-HUP", &s.child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let entry = loop {
+        let status = get(&admin, "/status.json");
+        let json: serde_json::Value = serde_json::from_str(body(&status)).expect("status JSON");
+        if let Some(entry) = json["reloads"]
+            .as_array()
+            .and_then(|r| r.iter().find(|e| e["what"] == "configuration"))
+        {
+            break entry.clone();
+        }
+        assert!(Instant::now() < deadline, "no configuration reload: {json}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(entry["ok"], false, "{entry}");
+    let detail = entry["detail"].as_str().expect("detail");
+    assert!(
+        detail.contains("servlets refused") && detail.contains("bad.wasm"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("needs a restart: [log] or [admin]"),
+        "{detail}"
+    );
+    stop(s.child);
+}
+
+/// A servlet whose name cannot be a route (`/NAME`) is refused like any
+/// other: on the status page, in `swan check`, once in the log.
+#[test]
+fn a_servlet_named_so_it_cannot_be_a_route_is_shown_refused() {
+    let dir = with_servlets(&format!(
+        "{BASE}[[site]]\nname = \"main\"\nroot = \"www\"\nservlets = \"servlets\"\n"
+    ));
+    std::fs::copy(
+        dir.path().join("servlets/who.wasm"),
+        dir.path().join("servlets/<b>x y.wasm"),
+    )
+    .expect("copy");
+    let check = support::swan()
+        .current_dir(dir.path())
+        .arg("check")
+        .output()
+        .expect("check");
+    let out = String::from_utf8_lossy(&check.stdout);
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        format!("{out}{err}").contains("not a valid URL segment"),
+        "{out}\n{err}"
+    );
+    assert_eq!(check.status.code(), Some(1), "{out}\n{err}");
+    let s = start(dir.path(), &[], true);
+    let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
+    assert_eq!(status_of(&get(&public, "/who")), 200);
+    let status = get(&admin, "/status.json");
+    let json: serde_json::Value = serde_json::from_str(body(&status)).expect("status JSON");
+    let refused = json["sites"][0]["refused"].to_string();
+    assert!(
+        refused.contains("<b>x y.wasm") && refused.contains("not a valid URL segment"),
+        "{refused}"
+    );
+    let page = get(&admin, "/");
+    assert!(page.contains("&lt;b&gt;x y.wasm"), "{page}");
+    // A reload of the folder does not log it again.
+    std::fs::write(dir.path().join("www/new.html"), "new").expect("touch");
+    std::fs::copy(
+        dir.path().join("servlets/who.wasm"),
+        dir.path().join("servlets/who2.wasm"),
+    )
+    .expect("copy");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status_of(&get(&public, "/who2")) != 200 {
+        assert!(Instant::now() < deadline, "who2 never went live");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = stop(s.child);
+    assert_eq!(log.matches("not a valid URL segment").count(), 1, "{log}");
+}

@@ -451,6 +451,9 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
             return false;
         }
     };
+    // What the status page's entry for this reload says besides its
+    // outcome: settings left for a restart, servlets refused.
+    let mut notes: Vec<String> = Vec::new();
     // A listener on port 0 runs on the port it was given: the same
     // listener still, not a change.
     let mut server = config.server.clone();
@@ -480,16 +483,19 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
             "{} changed: they take effect after a restart; the running values stay in force (a certificate's files, not its paths, reload by themselves)",
             changed.join(", ")
         );
+        notes.push(format!("needs a restart: {}", changed.join(", ")));
     }
     if config.log != app.log || config.admin != app.admin {
         tracing::warn!(
             "[log] or [admin] settings changed: they take effect after a restart (SIGUSR1 reopens the access log file)"
         );
+        notes.push("needs a restart: [log] or [admin]".to_owned());
     }
     if config.wants_servlets() && app.loader.is_none() {
         tracing::warn!(
             "servlets were added to a server started without any: restart to enable them"
         );
+        notes.push("needs a restart: servlets added to a server started without any".to_owned());
     }
     if let Some(loader) = &app.loader {
         let missing: Vec<String> = config
@@ -502,6 +508,7 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
                 stores = %missing.join(", "),
                 "routes list stores that were not open at start: they answer \"denied\" until a restart opens them"
             );
+            notes.push(format!("needs a restart: stores {}", missing.join(", ")));
         }
         let changed: Vec<&str> = loader
             .stores()
@@ -520,10 +527,17 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
                 stores = %changed.join(", "),
                 "store settings changed: they take effect after a restart; the running settings stay in force"
             );
+            notes.push(format!(
+                "needs a restart: settings of stores {}",
+                changed.join(", ")
+            ));
         }
     }
     let current = app.sites.load_full();
     let mut sites = Vec::new();
+    // Servlets this reload refused (a broken file left from before is
+    // not news).
+    let mut refused: Vec<String> = Vec::new();
     for site_config in &config.sites {
         let previous = current
             .iter()
@@ -534,7 +548,16 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
             previous.map(|p| &**p),
             Refresh::ALL,
         ) {
-            Ok(site) => sites.push(Arc::new(site)),
+            Ok(site) => {
+                refused.extend(
+                    site.servlets
+                        .refused
+                        .iter()
+                        .filter(|r| r.fresh)
+                        .map(|r| r.error.to_string()),
+                );
+                sites.push(Arc::new(site));
+            }
             Err(e) => {
                 tracing::error!(site = %site_config.name, error = %e, "configuration change refused; the previous configuration stays in force");
                 app.observe.reloaded("configuration", false, e.to_string());
@@ -550,6 +573,12 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
     }
     app.sites.store(Arc::new(Sites::new(sites)));
     tracing::info!(sites = config.sites.len(), "configuration reloaded");
-    app.observe.reloaded("configuration", true, "");
+    // Refused servlets make the entry "refused", as the servlets folder's
+    // own reloads do; the rest of the configuration went live.
+    let ok = refused.is_empty();
+    if !ok {
+        notes.insert(0, format!("servlets refused: {}", refused.join("; ")));
+    }
+    app.observe.reloaded("configuration", ok, notes.join("; "));
     true
 }

@@ -263,7 +263,21 @@ impl Loader {
         } else {
             Tier::Optimized
         };
-        let (loaded, refused) = self.reuse_or_compile(planned.clone(), previous, tier);
+        let (loaded, mut refused) = self.reuse_or_compile(planned.clone(), previous, tier);
+        // Named so that they cannot be routes: refused, shown and logged
+        // like any other refusal (once, not at every reload).
+        refused.extend(listing.unroutable().map(|file| {
+            let fresh = !previous.is_some_and(|p| p.refused.iter().any(|r| r.file == file));
+            Refused {
+                file: file.to_path_buf(),
+                error: Arc::new(LoadError::Name {
+                    file: file.to_path_buf(),
+                }),
+                kept_previous: false,
+                fresh,
+                tried: None,
+            }
+        }));
         let mut routes = RouteTable::default();
         let mut loaded_iter = loaded.iter();
         for p in planned {

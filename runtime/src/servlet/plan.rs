@@ -140,6 +140,23 @@ fn wasm_files(dir: &Path) -> Vec<(String, PathBuf)> {
     found
 }
 
+impl Listing {
+    /// Files and source folders whose names cannot be routes.
+    pub(crate) fn unroutable(&self) -> impl Iterator<Item = &Path> {
+        let wasm = self
+            .wasm
+            .iter()
+            .filter(|(name, _)| !is_url_segment(name))
+            .map(|(_, file)| file.as_path());
+        let sources = self
+            .sources
+            .iter()
+            .filter(|(source, _, _)| !is_url_segment(&source.name))
+            .map(|(source, _, _)| source.dir.as_path());
+        wasm.chain(sources)
+    }
+}
+
 /// The routes a site's configuration and folder listing ask for, in
 /// precedence order. Pure.
 pub(crate) fn plan(site: &SiteConfig, listing: &Listing, development: bool) -> Vec<Planned> {
@@ -171,17 +188,10 @@ pub(crate) fn plan(site: &SiteConfig, listing: &Listing, development: bool) -> V
         });
     }
     let taken = |planned: &[Planned], path: &RoutePath| planned.iter().any(|p| p.path == *path);
-    let folder_path = |name: &str| {
-        if is_url_segment(name) {
-            Some(RoutePath::Prefix(format!("/{name}")))
-        } else {
-            tracing::warn!(
-                name,
-                "refused: the name is not a valid URL segment (use letters, digits, '-', '_', '.', '~'; not starting with '.')"
-            );
-            None
-        }
-    };
+    // Names that cannot be routes are refused by the loader
+    // (`Listing::unroutable`).
+    let folder_path =
+        |name: &str| is_url_segment(name).then(|| RoutePath::Prefix(format!("/{name}")));
     if development {
         for (source, record, _) in &listing.sources {
             if let (Some(error), Some(path)) = (&record.error, folder_path(&source.name))

@@ -63,6 +63,15 @@ pub enum LoadError {
         /// (a function swan's interface lacks, a wrong signature).
         why: String,
     },
+    /// Its name cannot be a route (the folder's file or source name
+    /// becomes `/NAME`).
+    #[error(
+        "{file}: its name is not a valid URL segment (use letters, digits, '-', '_', '.', '~'; not starting with '.'), so it cannot be a route: rename it"
+    )]
+    Name {
+        /// The file (or source folder).
+        file: PathBuf,
+    },
     /// A required export is missing or has the wrong type.
     #[error("{file}: {problem}")]
     Export {
@@ -125,6 +134,7 @@ impl LoadError {
             | LoadError::Import { file, .. }
             | LoadError::ComponentImport { file, .. }
             | LoadError::Export { file, .. }
+            | LoadError::Name { file }
             | LoadError::AbiVersion { file, .. }
             | LoadError::Busy { file, .. }
             | LoadError::Instantiate { file, .. } => file,
