@@ -178,10 +178,13 @@ fn the_admin_listener_reports_health_metrics_and_status() {
         .find(|s| s["route"] == "/trap/*")
         .expect("trap servlet");
     assert_eq!(trap["traps"], 3);
+    // What happened, not only that it failed: the trap and where.
+    let what = trap["recent_errors"][0]["what"]
+        .as_str()
+        .unwrap_or_default();
     assert!(
-        trap["recent_errors"][0]["what"]
-            .as_str()
-            .is_some_and(|w| !w.is_empty())
+        what.starts_with("servlet failed: trapped: trap: ") && what.contains("unreachable"),
+        "{what}"
     );
     let page = get(&admin, "/");
     assert!(

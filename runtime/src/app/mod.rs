@@ -454,7 +454,7 @@ impl App {
                 }
                 Target::Refused(name) => {
                     tracing::warn!(servlet = %name, request_id = %id, "the route's servlet was refused at load");
-                    Err(RequestError::ServletFault)
+                    Err(RequestError::fault("refused at load"))
                 }
                 Target::BuildFailed(e) => Err(RequestError::BuildFailed {
                     servlet: e.name.clone(),

@@ -77,9 +77,11 @@ pub enum RequestError {
     /// A servlet ran past its deadline.
     #[error("servlet deadline exceeded")]
     ServletTimeout,
-    /// A servlet trapped, broke the ABI or reported failure.
+    /// A servlet trapped, broke the ABI or reported failure; with what
+    /// happened, in one line, for the status page's recent errors (the
+    /// client sees only the status).
     #[error("servlet failed")]
-    ServletFault,
+    ServletFault(Option<Arc<str>>),
     /// Development mode only: a servlet trapped; the client sees the trap
     /// and the wasm backtrace.
     #[error("servlet {servlet} trapped")]
@@ -107,6 +109,13 @@ pub enum RequestError {
 pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl RequestError {
+    /// A servlet's failure, and what happened (one line).
+    pub(crate) fn fault(what: impl Into<Arc<str>>) -> RequestError {
+        RequestError::ServletFault(Some(what.into()))
+    }
+}
+
+impl RequestError {
     /// The status the client gets.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -124,7 +133,7 @@ impl RequestError {
             | RequestError::StoreUnavailable
             | RequestError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             RequestError::ServletTimeout => StatusCode::GATEWAY_TIMEOUT,
-            RequestError::ServletFault
+            RequestError::ServletFault(_)
             | RequestError::ServletTrapped { .. }
             | RequestError::BuildFailed { .. }
             | RequestError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -242,7 +251,10 @@ mod tests {
         let res = RequestError::RangeNotSatisfiable { len: 10 }.into_response();
         assert_eq!(res.headers()["content-range"], "bytes */10");
         assert_eq!(RequestError::ServletTimeout.into_response().status(), 504);
-        assert_eq!(RequestError::ServletFault.into_response().status(), 500);
+        assert_eq!(
+            RequestError::ServletFault(None).into_response().status(),
+            500
+        );
     }
 
     #[test]

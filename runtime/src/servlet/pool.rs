@@ -185,7 +185,7 @@ impl<G: Guest> InstancePool<G> {
                         tracing::warn!(servlet = %self.info.name, request_id = %ctx.id, error = %e, "instantiation failed");
                         return Err(match e {
                             GuestError::TimedOut(_) => RequestError::ServletTimeout,
-                            _ => RequestError::ServletFault,
+                            _ => RequestError::fault(format!("instantiation failed: {e}")),
                         });
                     }
                 }

@@ -15,6 +15,9 @@ use crate::request::RequestError;
 /// Errors remembered per servlet.
 const RECENT_ERRORS: usize = 10;
 
+/// Bytes of an error's text remembered.
+const MAX_ERROR_TEXT: usize = 400;
+
 /// One remembered failure.
 #[derive(Debug, Clone)]
 pub struct RecentError {
@@ -63,7 +66,7 @@ impl ServletStats {
     /// Counts a failed request and remembers it.
     pub fn failed(&self, e: &RequestError, request_id: impl std::fmt::Display) {
         match e {
-            RequestError::ServletFault => self.traps.add(1),
+            RequestError::ServletFault(_) => self.traps.add(1),
             RequestError::ServletTimeout => self.timeouts.add(1),
             RequestError::ServletBusy => self.busy.add(1),
             // The client's fault (a body too large, malformed, too slow):
@@ -72,7 +75,11 @@ impl ServletStats {
             _ if e.status().is_client_error() => return,
             _ => {}
         }
-        self.remember(request_id, e.to_string());
+        let what = match e {
+            RequestError::ServletFault(Some(what)) => format!("{e}: {what}"),
+            _ => e.to_string(),
+        };
+        self.remember(request_id, what);
     }
 
     /// Counts a request whose guest failed after its response head went
@@ -89,7 +96,16 @@ impl ServletStats {
         self.remember(request_id, format!("failed mid-stream: {why}"));
     }
 
-    fn remember(&self, request_id: impl std::fmt::Display, what: String) {
+    fn remember(&self, request_id: impl std::fmt::Display, mut what: String) {
+        // A guest's own error text can be long.
+        if what.len() > MAX_ERROR_TEXT {
+            let mut end = MAX_ERROR_TEXT;
+            while !what.is_char_boundary(end) {
+                end -= 1;
+            }
+            what.truncate(end);
+            what.push('…');
+        }
         if let Ok(mut recent) = self.recent.lock() {
             if recent.len() == RECENT_ERRORS {
                 recent.pop_front();

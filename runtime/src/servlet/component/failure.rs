@@ -43,7 +43,7 @@ impl ComponentGuest {
                 detail: failure.into(),
             };
         }
-        RequestError::ServletFault
+        RequestError::fault(failure.lines().next().unwrap_or_default())
     }
 
     /// A failure's log text, without the guest's backtrace noise.
@@ -78,7 +78,7 @@ impl ComponentGuest {
         match code {
             GuestCode::BodyTooLarge => RequestError::PayloadTooLarge,
             GuestCode::Timeout => RequestError::ServletTimeout,
-            GuestCode::Other(_) => RequestError::ServletFault,
+            GuestCode::Other(_) => RequestError::fault(format!("answered the error code {detail}")),
         }
     }
 }

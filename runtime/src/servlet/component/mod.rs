@@ -332,7 +332,7 @@ impl Guest for ComponentGuest {
         let id = ctx.id.to_string();
         let stats = lease.stats();
         let Some(instance) = lease.instance() else {
-            return Err(RequestError::ServletFault);
+            return Err(RequestError::fault("no instance"));
         };
         let head_sent = Arc::new(AtomicBool::new(false));
         let host = instance.store.data_mut();
@@ -503,8 +503,11 @@ impl Guest for ComponentGuest {
                 // 1xx is not an answer (hyper would send it as the final
                 // one), and past 599 there are no classes.
                 if !(200..=599).contains(&res.status().as_u16()) {
-                    tracing::warn!(servlet = %self.info.name, request_id = %id, status = res.status().as_u16(), "component answered with a status that is not a final one");
-                    return Err(RequestError::ServletFault);
+                    let status = res.status().as_u16();
+                    tracing::warn!(servlet = %self.info.name, request_id = %id, status, "component answered with a status that is not a final one");
+                    return Err(RequestError::fault(format!(
+                        "answered status {status}, not a final one"
+                    )));
                 }
                 let limit = self
                     .info
@@ -516,7 +519,9 @@ impl Guest for ComponentGuest {
                     && declared > limit
                 {
                     tracing::warn!(servlet = %self.info.name, request_id = %id, declared, limit, "component declared a response body larger than max_response_bytes");
-                    return Err(RequestError::ServletFault);
+                    return Err(RequestError::fault(format!(
+                        "declared a {declared}-byte body, over max_response_bytes ({limit})"
+                    )));
                 }
                 head_sent.store(true, Ordering::Relaxed);
                 // A body over the limit, too slow or cut off by the client

@@ -132,9 +132,12 @@ where
 }
 
 impl NativeGuest {
-    fn log_fault(&self, what: &str, e: &wasmtime::Error, id: &str) {
+    /// Logs a guest's failure; the error the request gets, which says
+    /// the same for the status page.
+    fn log_fault(&self, what: &str, e: &wasmtime::Error, id: &str) -> RequestError {
         let detail = fault_line(e);
         tracing::warn!(servlet = %self.info.name, request_id = %id, error = %detail, "servlet {what}");
+        RequestError::fault(format!("{what}: {detail}"))
     }
 }
 
@@ -203,7 +206,7 @@ impl Guest for NativeGuest {
         ctx: &CallContext<'_>,
     ) -> Result<Response<Body>, RequestError> {
         let Some(ready) = lease.instance() else {
-            return Err(RequestError::ServletFault);
+            return Err(RequestError::fault("no instance"));
         };
         let (response, exited) = self.run(ready, input, ctx).await?;
         if exited {
@@ -253,10 +256,7 @@ impl NativeGuest {
                 let h = ready
                     .instance
                     .get_typed_func::<(), i32>(&mut ready.store, "swan_handle")
-                    .map_err(|e| {
-                        self.log_fault("has no swan_handle", &e, &id);
-                        RequestError::ServletFault
-                    })?;
+                    .map_err(|e| self.log_fault("has no swan_handle", &e, &id))?;
                 ready.handle = Some(h.clone());
                 h
             }
@@ -271,7 +271,7 @@ impl NativeGuest {
         // A servlet that fails after a store was unavailable gives 503.
         let store_down = ready.store.data().kv.saw_unavailable;
         let fault = |e: RequestError| {
-            if store_down && matches!(e, RequestError::ServletFault) {
+            if store_down && matches!(e, RequestError::ServletFault(_)) {
                 RequestError::StoreUnavailable
             } else {
                 e
@@ -286,26 +286,25 @@ impl NativeGuest {
                     exited = true;
                     0
                 }
-                Some(_) => {
-                    self.log_fault("exited", &e, &id);
-                    return Err(fault(RequestError::ServletFault));
-                }
+                Some(_) => return Err(fault(self.log_fault("exited", &e, &id))),
                 None => {
-                    self.log_fault("trapped", &e, &id);
+                    let failed = self.log_fault("trapped", &e, &id);
                     if self.info.development {
                         return Err(RequestError::ServletTrapped {
                             servlet: self.info.name.clone(),
                             detail: format!("{e:?}").into(),
                         });
                     }
-                    return Err(fault(RequestError::ServletFault));
+                    return Err(fault(failed));
                 }
             },
             Ok(Ok(code)) => code,
         };
         if code != 0 {
             tracing::warn!(servlet = %self.info.name, request_id = %id, code, "swan_handle reported failure");
-            return Err(fault(RequestError::ServletFault));
+            return Err(fault(RequestError::fault(format!(
+                "swan_handle returned {code}"
+            ))));
         }
         let host = ready.store.data_mut();
         let response = std::mem::take(&mut host.response);
