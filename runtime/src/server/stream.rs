@@ -48,6 +48,10 @@ pub(crate) struct WatchedIo<S = TcpStream> {
     /// being written: what was sent of it, and the length of hyper's
     /// bytes it stands for (reported written once it all is).
     rewritten: Option<(Vec<u8>, usize, usize)>,
+    /// HTTP/1: [`ConnState::started`] when bytes of a head (not of a
+    /// request body) were last read. Only while it is still current can
+    /// hyper be refusing a head: those bytes started no request.
+    head_read_at: Option<u32>,
 }
 
 /// The socket under TLS: a write the kernel took is what `send_timeout`
@@ -149,6 +153,7 @@ impl<S> WatchedIo<S> {
             retry: None,
             stamps_writes: true,
             rewritten: None,
+            head_read_at: None,
         }
     }
 
@@ -261,6 +266,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {
             if this.state.touch_read() {
                 this.line_done = false;
             }
+            if !this.state.reading_body() {
+                this.head_read_at = Some(this.state.started());
+            }
             // HTTP/1 heads only (a body being read is left alone): the
             // last line ending read tells. A blank line with more bytes
             // after it leaves the next request's line open (a head
@@ -350,7 +358,14 @@ impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
             this.stamp_write(&result);
             return result;
         }
+        // hyper answers a refused head while no request is in flight and
+        // after reading head bytes that started no request; a response's
+        // own bytes go out while it is in flight, or just after it ended
+        // (its request started after its head was read), and would also
+        // have to be an exact refusal (see `refused_head`).
         if this.rewritten.is_none()
+            && !this.state.in_flight()
+            && this.head_read_at == Some(this.state.started())
             && let Some(r) = refused_head::rewrite(data, this.line_done)
         {
             if r.uri_too_long {

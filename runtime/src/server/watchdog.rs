@@ -122,6 +122,8 @@ pub(crate) struct ConnState {
     sending: AtomicU32,
     /// Requests answered so far.
     served: AtomicU32,
+    /// Requests whose handler started so far.
+    started: AtomicU32,
     /// Whether the connection speaks HTTP/2.
     pub(super) h2: AtomicBool,
     /// The server is draining: HTTP/1 responses say `Connection: close`.
@@ -179,6 +181,7 @@ impl ConnState {
             handling: AtomicU32::new(0),
             sending: AtomicU32::new(0),
             served: AtomicU32::new(0),
+            started: AtomicU32::new(0),
             h2: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             release: AtomicBool::new(false),
@@ -326,6 +329,11 @@ impl ConnState {
         clock::now_ms().saturating_sub(self.exchange_ms.load(Ordering::Relaxed))
     }
 
+    /// Requests whose handler started so far (wrapping).
+    pub(super) fn started(&self) -> u32 {
+        self.started.load(Ordering::Relaxed)
+    }
+
     pub(super) fn in_flight(&self) -> bool {
         self.handling.load(Ordering::Relaxed) > 0 || self.sending.load(Ordering::Relaxed) > 0
     }
@@ -368,6 +376,7 @@ impl Handling {
     /// A request's handler starts; `bodyless`: the request has no body.
     pub(crate) fn start(state: Arc<ConnState>, bodyless: bool) -> Handling {
         state.handling.fetch_add(1, Ordering::Relaxed);
+        state.started.fetch_add(1, Ordering::Relaxed);
         state.servlet.clear();
         state.head_started_ms.store(0, Ordering::Relaxed);
         state.bodyless.store(bodyless, Ordering::Relaxed);
