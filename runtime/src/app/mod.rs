@@ -279,18 +279,27 @@ impl App {
             }
         }
         // Bytes are those sent, as in the access log: none for a HEAD
-        // (its Content-Length is the GET's); counted when the body ends
-        // for one that may not go whole (streamed, a file the connection
-        // sends, larger than one piece), since its client can leave
-        // part-way; at once for the rest (small bodies from memory, sent
-        // whole in one piece), which spares them a clone of the counters.
+        // (its Content-Length is the GET's) or a 1xx, 204 or 304 (hyper
+        // drops their bodies); counted when the body ends for one that
+        // may not go whole (streamed, a file the connection sends, larger
+        // than one piece; any over HTTP/2, whose stream hyper reads only
+        // as the client's window allows), since its client can leave
+        // part-way; at once for the rest (small HTTP/1 bodies from
+        // memory, sent whole with their head), which spares them a clone
+        // of the counters.
+        let no_body = is_head
+            || res.status().is_informational()
+            || res.status() == http::StatusCode::NO_CONTENT
+            || res.status() == http::StatusCode::NOT_MODIFIED;
         let count_at_end = match size {
-            _ if is_head => None,
-            Some(n) if n <= WHOLE_BODY_BYTES && !res.body().is_streamed() => None,
+            _ if no_body => None,
+            Some(n) if n <= WHOLE_BODY_BYTES && !res.body().is_streamed() && h2_head.is_none() => {
+                None
+            }
             _ => Some(Arc::clone(&counters)),
         };
         let counted_now = match (&count_at_end, size) {
-            (None, Some(n)) if !is_head => n,
+            (None, Some(n)) if !no_body => n,
             _ => 0,
         };
         counters.record(status, counted_now, elapsed);

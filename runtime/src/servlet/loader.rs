@@ -190,7 +190,8 @@ impl Loader {
         let carries_on = matches!(counting, Counting::Recompiling(_));
         let stats = match counting {
             Counting::Fresh => Arc::default(),
-            Counting::Replacing(stats) | Counting::Recompiling(stats) => stats,
+            Counting::Replacing(old) => Arc::new(super::stats::ServletStats::going_on_from(&old)),
+            Counting::Recompiling(stats) => stats,
         };
         let info = Arc::new(info);
         let before = FileStamp::of(&info.file);
@@ -462,9 +463,10 @@ impl Loader {
 enum Counting {
     /// Its own, from zero: a route new to the site.
     Fresh,
-    /// Those of the version it replaces on the same route and file, so
-    /// the route's servlet series and recent errors carry on across a
-    /// deploy; its compile time is its own.
+    /// Its own, going on from those of the version it replaces on the
+    /// same route and file as they are at the load, so the route's
+    /// servlet series and recent errors carry on across a deploy; its
+    /// compile time is its own.
     Replacing(Arc<super::stats::ServletStats>),
     /// Those of the same version, compiled again by the optimising
     /// compiler; its compile time counts once it is swapped in.

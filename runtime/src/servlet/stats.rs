@@ -50,6 +50,26 @@ pub struct ServletStats {
 }
 
 impl ServletStats {
+    /// A new version's counters, going on from `old`'s as they are now
+    /// (instances made, traps, timeouts, 503s, recent errors and the
+    /// route's request counters); not shared with `old`, whose own go on
+    /// while it still serves (a reload can be abandoned, and in-flight
+    /// requests finish on it).
+    pub(crate) fn going_on_from(old: &ServletStats) -> ServletStats {
+        let stats = ServletStats::default();
+        stats.instantiated.add(old.instantiated.get());
+        stats.traps.add(old.traps.get());
+        stats.timeouts.add(old.timeouts.get());
+        stats.busy.add(old.busy.get());
+        if let Some(route) = old.requests.get() {
+            let _ = stats.requests.set(route.clone());
+        }
+        if let (Ok(mut new), Ok(old)) = (stats.recent.lock(), old.recent.lock()) {
+            new.clone_from(&old);
+        }
+        stats
+    }
+
     /// How long compiling and checking the code serving now took.
     pub fn compile_time(&self) -> Option<Duration> {
         match self.compile_ns.load(Ordering::Relaxed) {

@@ -79,7 +79,18 @@ impl AccessLog {
     ) -> Result<Option<AccessLog>, OpenError> {
         let out = match &config.access {
             AccessLogTarget::Off => return Ok(None),
-            AccessLogTarget::Stdout => Output::Stdout,
+            // Its own descriptor of stdout, written without std's
+            // `LineWriter`: after a partial write (a full pipe, a signal)
+            // that would keep part of a batch in its buffer and report it
+            // written, so a stop could not tell what was lost.
+            AccessLogTarget::Stdout => Output::Stdout(
+                rustix::io::fcntl_dupfd_cloexec(io::stdout(), 0)
+                    .map(File::from)
+                    .map_err(|e| OpenError {
+                        path: PathBuf::from("(stdout)"),
+                        source: e.into(),
+                    })?,
+            ),
             AccessLogTarget::File(path) => Output::File {
                 file: open(path)?,
                 path: path.clone(),
@@ -287,8 +298,12 @@ impl Shared {
 }
 
 enum Output {
-    Stdout,
-    File { file: File, path: PathBuf },
+    /// A descriptor of stdout of its own.
+    Stdout(File),
+    File {
+        file: File,
+        path: PathBuf,
+    },
 }
 
 struct Writer {
@@ -378,14 +393,12 @@ impl Writer {
         // next one does not run on from it.
         if self.mid_line {
             let ended = match &mut self.out {
-                Output::Stdout => io::stdout().lock().write_all(b"\n"),
-                Output::File { file, .. } => file.write_all(b"\n"),
+                Output::Stdout(file) | Output::File { file, .. } => file.write_all(b"\n"),
             };
             self.mid_line = ended.is_err();
         }
         let (sent, failed) = match &mut self.out {
-            Output::Stdout => write_some(&mut io::stdout().lock(), text, unwritten),
-            Output::File { file, .. } => write_some(file, text, unwritten),
+            Output::Stdout(file) | Output::File { file, .. } => write_some(file, text, unwritten),
         };
         // Written, or counted as dropped below.
         unwritten.store(0, Ordering::Release);
@@ -414,7 +427,7 @@ impl Writer {
                             _ => false,
                         }
                     }
-                    Output::Stdout => false,
+                    Output::Stdout(_) => false,
                 };
                 self.mid_line = !cut;
             }
