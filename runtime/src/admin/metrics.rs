@@ -344,7 +344,7 @@ impl Collector for Snapshot {
                 timeouts.push((l.clone(), st.timeouts.get() as f64));
                 busy.push((l.clone(), st.busy.get() as f64));
                 reuse.push((l.clone(), f64::from(s.info().limits.reuse)));
-                compile.push((l, st.compile_time().map_or(0.0, |d| d.as_secs_f64())));
+                compile.push((l, s.compile_time().as_secs_f64()));
             }
         }
         family(

@@ -59,7 +59,7 @@ pub(crate) fn json(app: &Arc<App>, readiness: &str, states: &[(String, Option<St
                             "traps": st.traps.get(),
                             "timeouts": st.timeouts.get(),
                             "busy": st.busy.get(),
-                            "compile_ms": st.compile_time().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+                            "compile_ms": s.compile_time().as_secs_f64() * 1000.0,
                             "recent_errors": st.recent_errors().iter().map(|e| json!({
                                 "at": rfc3339(e.at),
                                 "request_id": e.request_id,

@@ -348,7 +348,6 @@ fn tier_up(app: &App, old: &Arc<Servlet>, new: &Arc<Servlet>) {
         })
         .collect();
     if swapped {
-        new.went_live();
         app.sites.store(Arc::new(Sites::new(sites)));
         tracing::info!(servlet = %new.info().name, "optimised code swapped in");
     }

@@ -4,8 +4,8 @@
 //! request line that never ended becomes 414 (RFC 9112 §3: the precise
 //! answer when the target alone is too long).
 
-const STATUS_431: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\n";
-const STATUS_414: &[u8] = b"HTTP/1.1 414 URI Too Long\r\n";
+const STATUS_431: &[u8] = b" 431 Request Header Fields Too Large\r\n";
+const STATUS_414: &[u8] = b" 414 URI Too Long\r\n";
 const SERVER: &[u8] = b"server: swan\r\n";
 
 /// How hyper's answer was rewritten.
@@ -48,14 +48,12 @@ pub(super) fn rewrite(data: &[u8], line_done: bool) -> Option<Rewritten> {
         return None;
     }
     let status_end = status.len() + 1;
-    let uri_too_long = !line_done && data.starts_with(STATUS_431);
-    let status = if uri_too_long {
-        STATUS_414
-    } else {
-        &data[..status_end]
-    };
+    // "HTTP/1.x" then the status.
+    let (version, status) = data[..status_end].split_at(8);
+    let uri_too_long = !line_done && status == STATUS_431;
     let mut bytes = Vec::with_capacity(data.len() + SERVER.len());
-    bytes.extend_from_slice(status);
+    bytes.extend_from_slice(version);
+    bytes.extend_from_slice(if uri_too_long { STATUS_414 } else { status });
     bytes.extend_from_slice(SERVER);
     bytes.extend_from_slice(&data[status_end..]);
     Some(Rewritten {
@@ -90,6 +88,18 @@ mod tests {
         assert!(
             r.bytes
                 .starts_with(b"HTTP/1.1 400 Bad Request\r\nserver: swan\r\n")
+        );
+    }
+
+    #[test]
+    fn an_http10_431_for_a_line_becomes_414_too() {
+        let big =
+            b"HTTP/1.0 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
+        let r = rewrite(big, false).expect("rewritten");
+        assert!(r.uri_too_long);
+        assert!(
+            r.bytes
+                .starts_with(b"HTTP/1.0 414 URI Too Long\r\nserver: swan\r\n")
         );
     }
 

@@ -359,12 +359,17 @@ impl<S: AsyncWrite + Target + Unpin> AsyncWrite for WatchedIo<S> {
             return result;
         }
         // hyper answers a refused head while no request is in flight and
-        // after reading head bytes that started no request; a response's
-        // own bytes go out while it is in flight, or just after it ended
-        // (its request started after its head was read), and would also
-        // have to be an exact refusal (see `refused_head`).
+        // after reading head bytes that started no request. A response's
+        // own bytes go out while it is in flight, or just after it ended,
+        // when no bytes were read since its request started: hyper reads
+        // nothing while a bodyless request is answered. A request body's
+        // bytes can be read after its handler returned, so a connection
+        // that carried one is left alone (its refusals go out as hyper
+        // wrote them, without `Server`). And the bytes would have to be an
+        // exact refusal (see `refused_head`).
         if this.rewritten.is_none()
             && !this.state.in_flight()
+            && !this.state.had_body()
             && this.head_read_at == Some(this.state.started())
             && let Some(r) = refused_head::rewrite(data, this.line_done)
         {

@@ -124,6 +124,10 @@ pub(crate) struct ConnState {
     served: AtomicU32,
     /// Requests whose handler started so far.
     started: AtomicU32,
+    /// A request on this connection had a body: its bytes may be read
+    /// after its handler returned (hyper drains what a handler left, a
+    /// component answers before reading all of it).
+    had_body: AtomicBool,
     /// Whether the connection speaks HTTP/2.
     pub(super) h2: AtomicBool,
     /// The server is draining: HTTP/1 responses say `Connection: close`.
@@ -182,6 +186,7 @@ impl ConnState {
             sending: AtomicU32::new(0),
             served: AtomicU32::new(0),
             started: AtomicU32::new(0),
+            had_body: AtomicBool::new(false),
             h2: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             release: AtomicBool::new(false),
@@ -334,6 +339,11 @@ impl ConnState {
         self.started.load(Ordering::Relaxed)
     }
 
+    /// Whether a request on this connection had a body.
+    pub(super) fn had_body(&self) -> bool {
+        self.had_body.load(Ordering::Relaxed)
+    }
+
     pub(super) fn in_flight(&self) -> bool {
         self.handling.load(Ordering::Relaxed) > 0 || self.sending.load(Ordering::Relaxed) > 0
     }
@@ -377,6 +387,9 @@ impl Handling {
     pub(crate) fn start(state: Arc<ConnState>, bodyless: bool) -> Handling {
         state.handling.fetch_add(1, Ordering::Relaxed);
         state.started.fetch_add(1, Ordering::Relaxed);
+        if !bodyless {
+            state.had_body.store(true, Ordering::Relaxed);
+        }
         state.servlet.clear();
         state.head_started_ms.store(0, Ordering::Relaxed);
         state.bodyless.store(bodyless, Ordering::Relaxed);

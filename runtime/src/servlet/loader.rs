@@ -167,10 +167,8 @@ impl Loader {
 
     /// `old`'s file compiled again with the optimising compiler: the same
     /// version, so it goes on counting in `old`'s stats (a swap must not
-    /// reset its metrics, nor forget its recent errors).
-    /// Its compile time is counted when it is swapped in
-    /// ([`Servlet::went_live`]): one discarded must not replace the time
-    /// of the code serving.
+    /// reset its metrics, nor forget its recent errors). Its compile time
+    /// is its own ([`Servlet::compile_time`]), shown once it serves.
     pub fn load_optimised(&self, old: &Servlet) -> Result<Arc<Servlet>, LoadError> {
         self.load_counting(
             old.info().clone(),
@@ -186,12 +184,9 @@ impl Loader {
         counting: Counting,
     ) -> Result<Arc<Servlet>, LoadError> {
         let started = std::time::Instant::now();
-        // An optimising recompile's compile time is set when it goes live.
-        let carries_on = matches!(counting, Counting::Recompiling(_));
         let stats = match counting {
             Counting::Fresh => Arc::default(),
-            Counting::Replacing(old) => Arc::new(super::stats::ServletStats::going_on_from(&old)),
-            Counting::Recompiling(stats) => stats,
+            Counting::Replacing(stats) | Counting::Recompiling(stats) => stats,
         };
         let info = Arc::new(info);
         let before = FileStamp::of(&info.file);
@@ -231,9 +226,6 @@ impl Loader {
             (Pool::Native(pool), tier)
         };
         let compiled_in = started.elapsed();
-        if !carries_on {
-            stats.set_compile_time(compiled_in);
-        }
         Ok(Arc::new(Servlet {
             info,
             tier,
@@ -463,13 +455,14 @@ impl Loader {
 enum Counting {
     /// Its own, from zero: a route new to the site.
     Fresh,
-    /// Its own, going on from those of the version it replaces on the
-    /// same route and file as they are at the load, so the route's
-    /// servlet series and recent errors carry on across a deploy; its
-    /// compile time is its own.
+    /// Those of the version it replaces on the same route and file, so
+    /// the route's servlet series and recent errors go on across a deploy
+    /// (and never go down, as a copy would: the old version counts until
+    /// it is swapped out). Instances a version makes count even if a
+    /// reload abandons it: they were made.
     Replacing(Arc<super::stats::ServletStats>),
     /// Those of the same version, compiled again by the optimising
-    /// compiler; its compile time counts once it is swapped in.
+    /// compiler.
     Recompiling(Arc<super::stats::ServletStats>),
 }
 

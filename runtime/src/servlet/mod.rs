@@ -123,10 +123,11 @@ impl Servlet {
         self.tier
     }
 
-    /// It now serves in place of the version whose stats it counts on (an
-    /// optimising recompile swapped in): its compile time is the one shown.
-    pub fn went_live(&self) {
-        self.stats.set_compile_time(self.compiled_in);
+    /// How long compiling and checking this servlet's code took: the
+    /// compile time shown is that of the code serving, whatever version
+    /// or tier counted into its stats before.
+    pub fn compile_time(&self) -> std::time::Duration {
+        self.compiled_in
     }
 
     /// Whether `other` was compiled from the very bytes this was: the

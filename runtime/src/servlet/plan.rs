@@ -141,17 +141,20 @@ fn wasm_files(dir: &Path) -> Vec<(String, PathBuf)> {
 }
 
 impl Listing {
-    /// Files and source folders whose names cannot be routes.
+    /// Files and source folders whose names cannot be routes; hidden
+    /// ones (`.x.wasm`, an editor's or macOS's `._x.wasm`) are left out,
+    /// as they are of the routes.
     pub(crate) fn unroutable(&self) -> impl Iterator<Item = &Path> {
+        let refused = |name: &str| !is_url_segment(name) && !name.starts_with('.');
         let wasm = self
             .wasm
             .iter()
-            .filter(|(name, _)| !is_url_segment(name))
+            .filter(move |(name, _)| refused(name))
             .map(|(_, file)| file.as_path());
         let sources = self
             .sources
             .iter()
-            .filter(|(source, _, _)| !is_url_segment(&source.name))
+            .filter(move |(source, _, _)| refused(&source.name))
             .map(|(source, _, _)| source.dir.as_path());
         wasm.chain(sources)
     }

@@ -1,13 +1,13 @@
 //! What a route's servlet has done since the route was loaded (a new
-//! version of its file, and an optimising recompile, carry on counting),
-//! for metrics and the status page: instances made, requests that trapped, timed out or found no free
-//! instance, its compile time, its last few errors. Counted off the hot
-//! path's way: sharded counters, and a lock only when an error happens.
+//! version of its file, and an optimising recompile, count on in the same
+//! stats, so the counters only ever grow), for metrics and the status
+//! page: instances made, requests that trapped, timed out or found no
+//! free instance, its last few errors. Counted off the hot path's way:
+//! sharded counters, and a lock only when an error happens.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use crate::observe::counters::{Counter, RouteCounters};
 use crate::request::RequestError;
@@ -41,48 +41,12 @@ pub struct ServletStats {
     pub timeouts: Counter,
     /// Requests that found no free instance in time (503).
     pub busy: Counter,
-    /// How long compiling and checking the module took (its optimised
-    /// compile, once that is swapped in), in nanoseconds; 0 until known.
-    compile_ns: AtomicU64,
     /// The route's request counters, looked up once.
     pub requests: OnceLock<Arc<RouteCounters>>,
     recent: Mutex<VecDeque<RecentError>>,
 }
 
 impl ServletStats {
-    /// A new version's counters, going on from `old`'s as they are now
-    /// (instances made, traps, timeouts, 503s, recent errors and the
-    /// route's request counters); not shared with `old`, whose own go on
-    /// while it still serves (a reload can be abandoned, and in-flight
-    /// requests finish on it).
-    pub(crate) fn going_on_from(old: &ServletStats) -> ServletStats {
-        let stats = ServletStats::default();
-        stats.instantiated.add(old.instantiated.get());
-        stats.traps.add(old.traps.get());
-        stats.timeouts.add(old.timeouts.get());
-        stats.busy.add(old.busy.get());
-        if let Some(route) = old.requests.get() {
-            let _ = stats.requests.set(route.clone());
-        }
-        if let (Ok(mut new), Ok(old)) = (stats.recent.lock(), old.recent.lock()) {
-            new.clone_from(&old);
-        }
-        stats
-    }
-
-    /// How long compiling and checking the code serving now took.
-    pub fn compile_time(&self) -> Option<Duration> {
-        match self.compile_ns.load(Ordering::Relaxed) {
-            0 => None,
-            ns => Some(Duration::from_nanos(ns)),
-        }
-    }
-
-    pub(crate) fn set_compile_time(&self, took: Duration) {
-        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
-        self.compile_ns.store(ns, Ordering::Relaxed);
-    }
-
     /// Counts a failed request and remembers it.
     pub fn failed(&self, e: &RequestError, request_id: impl std::fmt::Display) {
         match e {
@@ -119,7 +83,8 @@ impl ServletStats {
     fn remember(&self, request_id: impl std::fmt::Display, mut what: String) {
         // A guest's own error text can be long.
         if what.len() > MAX_ERROR_TEXT {
-            let mut end = MAX_ERROR_TEXT;
+            // Room for the ellipsis (3 bytes).
+            let mut end = MAX_ERROR_TEXT - 3;
             while !what.is_char_boundary(end) {
                 end -= 1;
             }
