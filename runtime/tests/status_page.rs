@@ -126,7 +126,11 @@ fn the_status_page_renders_in_a_real_browser() {
         dom.contains("native ABI 1") && dom.contains("optimized"),
         "{dom}"
     );
-    assert!(dom.contains("servlet failed ("), "recent errors: {dom}");
+    // What happened, with the request id.
+    assert!(
+        dom.contains("servlet failed: trapped: trap: wasm trap: wasm `unreachable`"),
+        "recent errors: {dom}"
+    );
     assert!(dom.contains("files of site demo"), "recent reloads: {dom}");
     assert!(dom.contains("3 files in memory"), "cache: {dom}");
     assert!(
