@@ -29,6 +29,15 @@ const PLACEHOLDER_BYTES: usize = 1 << 20;
 /// socket, and in untouched zero pages (no memory).
 static PLACEHOLDER: [u8; PLACEHOLDER_BYTES] = [0; PLACEHOLDER_BYTES];
 
+/// Whether an answer with `status` has no body on the wire whatever it
+/// was given: 1xx, 204 and 304 (RFC 9110 §6.4.1). hyper drops such a body
+/// over HTTP/1 without reading it.
+pub(crate) fn status_has_no_body(status: http::StatusCode) -> bool {
+    status.is_informational()
+        || status == http::StatusCode::NO_CONTENT
+        || status == http::StatusCode::NOT_MODIFIED
+}
+
 /// Whether `data` is a placeholder chunk, to be sent from its file by the
 /// connection rather than written.
 pub(crate) fn is_placeholder(data: &Bytes) -> bool {

@@ -57,7 +57,7 @@ impl Site {
             (None, _) => Arc::new(SiteServlets::default()),
         };
         if what.servlets {
-            for r in servlets.refused.iter().filter(|r| r.fresh) {
+            for r in servlets.fresh_refusals() {
                 let previous = if r.kept_previous {
                     "; the previous version keeps serving"
                 } else {

@@ -48,6 +48,16 @@ fn body(reply: &str) -> &str {
     reply.split_once("\r\n\r\n").map_or("", |(_, b)| b)
 }
 
+/// Polls `path` until it answers 200 (a servlet just deployed), for at
+/// most 10 s.
+fn goes_live(public: &str, path: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status_of(&get(public, path)) != 200 {
+        assert!(Instant::now() < deadline, "{path} never went live");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Polls `/readyz` until it answers 200.
 fn ready_within(admin: &str, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
@@ -1722,11 +1732,7 @@ fn removed_routes_leave_the_metrics() {
         dir.path().join("servlets/v1.wasm"),
     )
     .expect("deploy v1");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while status_of(&get(&public, "/v1")) != 200 {
-        assert!(Instant::now() < deadline, "v1 never went live");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    goes_live(&public, "/v1");
     for path in ["/who", "/api-v1/x"] {
         assert_eq!(status_of(&get(&public, path)), 200, "{path}");
     }
@@ -1868,11 +1874,7 @@ fn a_servlet_named_so_it_cannot_be_a_route_is_shown_refused() {
         dir.path().join("servlets/who2.wasm"),
     )
     .expect("copy");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while status_of(&get(&public, "/who2")) != 200 {
-        assert!(Instant::now() < deadline, "who2 never went live");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    goes_live(&public, "/who2");
     let log = stop(s.child);
     assert_eq!(log.matches("not a valid URL segment").count(), 1, "{log}");
 }

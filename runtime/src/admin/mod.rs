@@ -282,12 +282,7 @@ async fn answer(app: &Loading, hosts: &[String], req: Request<Incoming>) -> Resp
     if let Err(e) = crate::request::checks::host(&req) {
         return reply(StatusCode::BAD_REQUEST, "text/plain", format!("{e}\n"));
     }
-    let named = req
-        .uri()
-        .authority()
-        .map(|a| a.as_str().as_bytes())
-        .or_else(|| req.headers().get(header::HOST).map(|h| h.as_bytes()));
-    if !host::allowed(named, hosts) {
+    if !host::allowed(crate::app::host_of(&req), hosts) {
         return reply(
             StatusCode::MISDIRECTED_REQUEST,
             "text/plain",

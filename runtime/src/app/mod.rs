@@ -68,9 +68,7 @@ pub struct App {
 /// bodies itself on HTTP/1 only, and a body there is a protocol error for
 /// the client. A HEAD answer keeps the length a GET would have had.
 fn strip_h2_body(res: &mut Response<Body>, head: bool) {
-    let status = res.status();
-    let no_content =
-        status == http::StatusCode::NO_CONTENT || status == http::StatusCode::NOT_MODIFIED;
+    let no_content = crate::body::status_has_no_body(res.status());
     let size = http_body::Body::size_hint(res.body()).exact();
     if !(head || no_content) || size == Some(0) {
         return;
@@ -86,7 +84,7 @@ fn strip_h2_body(res: &mut Response<Body>, head: bool) {
 }
 
 /// The Host of a request: the absolute-form authority, else the header.
-fn host_of<B>(req: &Request<B>) -> Option<&[u8]> {
+pub(crate) fn host_of<B>(req: &Request<B>) -> Option<&[u8]> {
     req.uri()
         .authority()
         .map(|a| a.as_str().as_bytes())
@@ -287,21 +285,11 @@ impl App {
         // part-way; at once for the rest (small HTTP/1 bodies from
         // memory, sent whole with their head), which spares them a clone
         // of the counters.
-        let no_body = is_head
-            || res.status().is_informational()
-            || res.status() == http::StatusCode::NO_CONTENT
-            || res.status() == http::StatusCode::NOT_MODIFIED;
-        let count_at_end = match size {
-            _ if no_body => None,
-            Some(n) if n <= WHOLE_BODY_BYTES && !res.body().is_streamed() && h2_head.is_none() => {
-                None
-            }
-            _ => Some(Arc::clone(&counters)),
-        };
-        let counted_now = match (&count_at_end, size) {
-            (None, Some(n)) if !no_body => n,
-            _ => 0,
-        };
+        let no_body = is_head || crate::body::status_has_no_body(res.status());
+        let whole_now = size
+            .filter(|&n| n <= WHOLE_BODY_BYTES && !res.body().is_streamed() && h2_head.is_none());
+        let count_at_end = (!no_body && whole_now.is_none()).then(|| Arc::clone(&counters));
+        let counted_now = if no_body { 0 } else { whole_now.unwrap_or(0) };
         counters.record(status, counted_now, elapsed);
         if !span.is_disabled() {
             span.record("site", site.config.name.as_str());

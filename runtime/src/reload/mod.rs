@@ -399,9 +399,7 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
                     // refused.
                     let refused: Vec<String> = new
                         .servlets
-                        .refused
-                        .iter()
-                        .filter(|r| r.fresh)
+                        .fresh_refusals()
                         .map(|r| r.error.to_string())
                         .collect();
                     if what.servlets && !refused.is_empty() {
@@ -548,13 +546,7 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
             Refresh::ALL,
         ) {
             Ok(site) => {
-                refused.extend(
-                    site.servlets
-                        .refused
-                        .iter()
-                        .filter(|r| r.fresh)
-                        .map(|r| r.error.to_string()),
-                );
+                refused.extend(site.servlets.fresh_refusals().map(|r| r.error.to_string()));
                 sites.push(Arc::new(site));
             }
             Err(e) => {

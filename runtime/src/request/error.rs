@@ -113,9 +113,7 @@ impl RequestError {
     pub(crate) fn fault(what: impl Into<Arc<str>>) -> RequestError {
         RequestError::ServletFault(Some(what.into()))
     }
-}
 
-impl RequestError {
     /// The status the client gets.
     pub fn status(&self) -> StatusCode {
         match self {

@@ -179,11 +179,7 @@ pub(crate) fn service(
                 // Only a body hyper will send right after its head: never
                 // for 1xx, 204 or 304, whose bodies hyper drops (the stream
                 // would wait for bytes hyper never counts).
-                let status = res.status();
-                let bodyless = keep_with_hyper
-                    || status.is_informational()
-                    || status == http::StatusCode::NO_CONTENT
-                    || status == http::StatusCode::NOT_MODIFIED;
+                let bodyless = keep_with_hyper || crate::body::status_has_no_body(res.status());
                 if !bodyless && handling.offer_body(res.body_mut()) == Handed::File {
                     app.observe.sendfile_responses.add(1);
                 }

@@ -94,13 +94,7 @@ pub fn bind_group(addr: SocketAddr, per_addr: usize) -> Result<Vec<TcpListener>,
 /// Fails with "address already in use" when anyone listens on `addr`: a
 /// socket without `SO_REUSEPORT` cannot join a group.
 fn probe(addr: SocketAddr) -> io::Result<()> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    // Connections of an earlier run in TIME_WAIT are no reason to refuse.
-    socket.set_reuse_address(true)?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.bind(&addr.into())
+    socket(addr)?.bind(&addr.into())
 }
 
 /// The inode of a socket listening on `addr` that is not one of `group`,
@@ -155,27 +149,31 @@ fn parse_proc_addr(field: &str) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, port))
 }
 
-/// One listening socket of this process's alone (the admin listener):
-/// no `SO_REUSEPORT`, and an IPv6 address is IPv6 only, as for the public
-/// listeners (`[::]` does not take IPv4's port as well).
-pub fn bind_single(addr: SocketAddr) -> io::Result<TcpListener> {
+/// A TCP socket for `addr`, not bound yet: `SO_REUSEADDR` (connections of
+/// an earlier run in TIME_WAIT are no reason to refuse the address), and
+/// an IPv6 address is IPv6 only (`[::]` leaves IPv4's port alone).
+fn socket(addr: SocketAddr) -> io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }
+    Ok(socket)
+}
+
+/// One listening socket of this process's alone (the admin listener):
+/// no `SO_REUSEPORT`, and an IPv6 address is IPv6 only, as for the public
+/// listeners (`[::]` does not take IPv4's port as well).
+pub fn bind_single(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = socket(addr)?;
     socket.bind(&addr.into())?;
     socket.listen(BACKLOG)?;
     Ok(socket.into())
 }
 
 fn bind_one(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
+    let socket = socket(addr)?;
     socket.set_reuse_port(true)?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
     socket.set_tcp_nodelay(true)?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;

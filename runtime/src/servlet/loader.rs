@@ -532,6 +532,12 @@ fn with_fallback<T>(
 }
 
 impl SiteServlets {
+    /// What this load refused (not refusals remembered from an earlier
+    /// one): the news a reload logs and shows.
+    pub fn fresh_refusals(&self) -> impl Iterator<Item = &Refused> {
+        self.refused.iter().filter(|r| r.fresh)
+    }
+
     /// The servlet answering a normalised path, if a servlet does.
     pub fn servlet_at(&self, path: &str) -> Option<&Arc<Servlet>> {
         match &self.routes.find(path)?.route.target {
