@@ -646,3 +646,107 @@ async fn http2_floods_are_cut_off_and_others_are_served() -> Result<()> {
     assert_eq!(server.get("/").await?.status, StatusCode::OK);
     Ok(())
 }
+
+/// The header block of an HTTP/2 `POST path` declaring `len` body bytes.
+fn h2_post_headers(path: &str, authority: &str, len: u64) -> Vec<u8> {
+    let mut block = h2raw::get_headers(path, authority);
+    block[0] = 0x83; // :method POST
+    // content-length, literal without indexing, name index 28 (15 + 13).
+    let len = len.to_string();
+    block.extend_from_slice(&[0x0f, 0x0d, len.len() as u8]);
+    block.extend_from_slice(len.as_bytes());
+    block
+}
+
+#[tokio::test]
+async fn an_http2_upload_answered_early_is_read_on_not_reset() -> Result<()> {
+    let (site, server) = server_with("max_body_bytes = \"1 KiB\"").await?;
+    // A real client: curl reports a reset stream (exit 92) instead of the
+    // 413 it was sent, when the server resets the stream it is still
+    // uploading on. Bodies inside and past the first flow-control window,
+    // to a servlet and to a static file.
+    for size in [2_000usize, 70_000, 2 << 20] {
+        let file = site.file(&format!("upload-{size}"), vec![b'u'; size])?;
+        for path in ["/len", "/index.html", "/len", "/len"] {
+            let mut curl = std::process::Command::new("curl");
+            curl.args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "20",
+            ])
+            .args(["--http2-prior-knowledge", "--data-binary"])
+            .arg(format!("@{}", file.display()))
+            .arg(server.url(path));
+            // Off the test's runtime, which also runs the server.
+            let out = tokio::task::spawn_blocking(move || curl.output()).await??;
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                "413",
+                "{size} bytes to {path}: curl exit {:?}",
+                out.status.code()
+            );
+            assert!(
+                out.status.success(),
+                "{size} bytes to {path}: {:?}",
+                out.status
+            );
+        }
+    }
+
+    // Frame by frame: the 413 comes before the body, the body is read on,
+    // and the stream ends as the client ends it, with no RST_STREAM.
+    let mut conn = H2Conn::open(server.addr()).await?;
+    let head = h2_post_headers("/len", "localhost", 30_000);
+    conn.send(&h2raw::frame(kind::HEADERS, flag::END_HEADERS, 1, &head))
+        .await;
+    let answered = conn
+        .wait_for(Duration::from_secs(5), |f| {
+            f.kind == kind::HEADERS && f.stream == 1
+        })
+        .await;
+    assert!(answered.is_some(), "no early answer");
+    assert!(
+        conn.send(&h2raw::frame(kind::DATA, 0, 1, &[b'u'; 16_384]))
+            .await
+    );
+    let last = h2raw::frame(kind::DATA, flag::END_STREAM, 1, &[b'u'; 30_000 - 16_384]);
+    assert!(conn.send(&last).await);
+    let reset = conn
+        .wait_for(Duration::from_secs(1), |f| {
+            f.kind == kind::RST_STREAM && f.stream == 1
+        })
+        .await;
+    assert!(reset.is_none(), "stream reset: {reset:?}");
+
+    // A body that never comes is given up after a while: the stream is
+    // reset with NO_ERROR, and the connection serves on.
+    let head = h2_post_headers("/len", "localhost", 10_000_000);
+    conn.send(&h2raw::frame(kind::HEADERS, flag::END_HEADERS, 3, &head))
+        .await;
+    let reset = conn
+        .wait_for(Duration::from_secs(10), |f| {
+            f.kind == kind::RST_STREAM && f.stream == 3
+        })
+        .await
+        .ok_or_else(|| anyhow::anyhow!("the unread upload was never reset"))?;
+    assert_eq!(reset.payload, [0, 0, 0, 0], "RST_STREAM(NO_ERROR)");
+    let get = h2raw::get_headers("/index.html", "localhost");
+    conn.send(&h2raw::frame(
+        kind::HEADERS,
+        flag::END_HEADERS | flag::END_STREAM,
+        5,
+        &get,
+    ))
+    .await;
+    let served = conn
+        .wait_for(Duration::from_secs(5), |f| {
+            f.kind == kind::HEADERS && f.stream == 5
+        })
+        .await;
+    assert!(served.is_some(), "the connection no longer serves");
+    Ok(())
+}

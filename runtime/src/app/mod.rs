@@ -16,7 +16,6 @@ use arc_swap::ArcSwap;
 use futures_util::FutureExt;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response};
-use hyper::body::Incoming;
 use tracing::Instrument;
 use tracing::field::Empty;
 
@@ -26,7 +25,9 @@ use crate::observe::Observe;
 use crate::observe::SiteCounters;
 use crate::observe::access_log::{self, AccessLog};
 use crate::observe::counters::RouteCounters;
-use crate::request::{BodyPolicy, Peer, RequestError, RequestId, ServletMark, checks, path};
+use crate::request::{
+    BodyPolicy, Peer, RequestBody, RequestError, RequestId, ServletMark, checks, path,
+};
 use crate::servlet::{CallContext, Loader, LoaderError, Route, Target};
 use crate::site::{Site, Sites};
 use crate::static_files::{self, CacheError};
@@ -196,7 +197,7 @@ impl App {
     /// request goes to a servlet.
     pub async fn handle(
         &self,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         peer: Peer,
         servlet_mark: &ServletMark,
     ) -> (Response<Body>, Option<Exchange>) {
@@ -315,7 +316,7 @@ impl App {
     async fn route<'s>(
         &self,
         site: &'s Site,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         client: SocketAddr,
         https: Option<bool>,
         id: RequestId,
@@ -355,7 +356,7 @@ impl App {
 
     /// With `redirect_http`, a plain-HTTP request's answer: 308 to the same
     /// URL on the first TLS listener; `None` without a usable Host.
-    fn redirect_to_https(&self, req: &Request<Incoming>) -> Option<Response<Body>> {
+    fn redirect_to_https(&self, req: &Request<RequestBody>) -> Option<Response<Body>> {
         let port = self.server.listen.iter().find(|l| l.tls)?.addr.port();
         let host = host_of(req).and_then(|h| std::str::from_utf8(h).ok())?;
         let authority = http::uri::Authority::try_from(host).ok()?;
@@ -385,7 +386,7 @@ impl App {
     async fn dispatch<'s>(
         &self,
         site: &'s Site,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         remote: SocketAddr,
         https: bool,
         id: RequestId,

@@ -27,8 +27,8 @@ use crate::body::Body;
 use crate::config::ServerConfig;
 use crate::observe::access_log::{Entry, RequestText};
 use crate::observe::{Observe, REFUSED_STATUSES};
-use crate::request::Peer;
 use crate::request::checks::header_list_size;
+use crate::request::{Peer, RequestBody};
 use crate::static_files::FILE_BUDGET;
 
 /// Streams one HTTP/2 connection may open at once (NGINX: 128).
@@ -143,6 +143,8 @@ pub(crate) fn service(
 + 'static {
     service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let app = app.clone();
+        let version = req.version();
+        let req = req.map(|body| RequestBody::new(body, version));
         let bodyless = http_body::Body::is_end_stream(req.body());
         let handling = Handling::start(state.clone(), bodyless);
         async move {
