@@ -1843,6 +1843,13 @@ fn a_servlet_named_so_it_cannot_be_a_route_is_shown_refused() {
         dir.path().join("servlets/<b>x y.wasm"),
     )
     .expect("copy");
+    // A name that is not UTF-8 is refused too, not skipped unseen.
+    let not_utf8 = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"bad\xff.wasm");
+    std::fs::copy(
+        dir.path().join("servlets/who.wasm"),
+        dir.path().join("servlets").join(not_utf8),
+    )
+    .expect("copy");
     let check = support::swan()
         .current_dir(dir.path())
         .arg("check")
@@ -1855,6 +1862,10 @@ fn a_servlet_named_so_it_cannot_be_a_route_is_shown_refused() {
         "{out}\n{err}"
     );
     assert_eq!(check.status.code(), Some(1), "{out}\n{err}");
+    assert!(
+        format!("{out}{err}").contains("bad\u{fffd}.wasm"),
+        "{out}\n{err}"
+    );
     let s = start(dir.path(), &[], true);
     let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
     assert_eq!(status_of(&get(&public, "/who")), 200);
@@ -1862,7 +1873,9 @@ fn a_servlet_named_so_it_cannot_be_a_route_is_shown_refused() {
     let json: serde_json::Value = serde_json::from_str(body(&status)).expect("status JSON");
     let refused = json["sites"][0]["refused"].to_string();
     assert!(
-        refused.contains("<b>x y.wasm") && refused.contains("not a valid URL segment"),
+        refused.contains("<b>x y.wasm")
+            && refused.contains("bad\u{fffd}.wasm")
+            && refused.contains("not a valid URL segment"),
         "{refused}"
     );
     let page = get(&admin, "/");
@@ -1876,5 +1889,5 @@ fn a_servlet_named_so_it_cannot_be_a_route_is_shown_refused() {
     .expect("copy");
     goes_live(&public, "/who2");
     let log = stop(s.child);
-    assert_eq!(log.matches("not a valid URL segment").count(), 1, "{log}");
+    assert_eq!(log.matches("not a valid URL segment").count(), 2, "{log}");
 }

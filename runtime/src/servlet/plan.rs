@@ -134,7 +134,10 @@ fn wasm_files(dir: &Path) -> Vec<(String, PathBuf)> {
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "wasm"))
-        .filter_map(|p| Some((p.file_stem()?.to_str()?.to_owned(), p)))
+        // A name that is not UTF-8 keeps U+FFFD in its place, which no
+        // route has: it is refused by name (`Listing::unroutable`), not
+        // skipped unseen.
+        .filter_map(|p| Some((p.file_stem()?.to_string_lossy().into_owned(), p)))
         .collect();
     found.sort();
     found
