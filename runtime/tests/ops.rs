@@ -1867,6 +1867,12 @@ fn a_servlet_named_so_it_cannot_be_a_route_is_shown_refused() {
         "{out}\n{err}"
     );
     let s = start(dir.path(), &[], true);
+    // The banner counts the servlets that serve, and says two were refused.
+    assert!(
+        s.banner.contains(" servlets (2 refused: see the log)"),
+        "{}",
+        s.banner
+    );
     let (public, admin) = (s.urls[0].clone(), s.admin.clone().expect("admin"));
     assert_eq!(status_of(&get(&public, "/who")), 200);
     let status = get(&admin, "/status.json");

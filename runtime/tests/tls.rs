@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::{CertificateDer, ServerName};
 
 mod support;
-use support::{raw, site, start, status_of, stop};
+use support::{raw, site, start, status_of, stop, stop_with_code};
 
 /// A CA and a certificate it signed for `localhost` and 127.0.0.1.
 struct Certs {
@@ -707,4 +707,48 @@ async fn a_response_cut_off_over_tls_does_not_end_cleanly() {
         );
     }
     stop(s.child);
+}
+
+/// An upload over the body limit gets its 413 over HTTPS as over plain
+/// TCP: after the answer swan reads on and throws the rest away (a
+/// lingering close) instead of closing on unread bytes, which makes the
+/// kernel send a reset that can destroy the answer before curl reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_upload_over_the_limit_gets_its_413() {
+    let dir = site();
+    let certs = make_certs(11);
+    write_certs(dir.path(), &certs);
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\nmax_body_bytes = \"64 KiB\"\n\
+         [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n[[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let s = start(dir.path(), &[], false);
+    let port = s.urls[0].rsplit(':').next().unwrap_or("").to_owned();
+    let url = format!("https://localhost:{port}/");
+    let resolve = format!("localhost:{port}:127.0.0.1");
+    for size in [100_000, 1 << 20, 5 << 20] {
+        let body = dir.path().join(format!("upload-{size}"));
+        std::fs::write(&body, vec![b'u'; size]).expect("body");
+        let data = format!("@{}", body.display());
+        for protocol in ["--http1.1", "--http2"] {
+            // No `Expect: 100-continue`: the body follows the head at once.
+            let args = [
+                protocol,
+                "-H",
+                "Expect:",
+                "--data-binary",
+                &data,
+                "--resolve",
+                &resolve,
+            ];
+            for _ in 0..3 {
+                let (_, status, text) = curl(dir.path(), &args, &url);
+                assert_eq!(status, 413, "{size} bytes, {protocol}: {text}");
+            }
+        }
+    }
+    let (code, log) = stop_with_code(s.child);
+    assert_eq!(code, Some(0), "{log}");
 }

@@ -195,10 +195,12 @@ pub(crate) fn html(status: &Value) -> String {
     let class = if readiness == "ready" { "ok" } else { "bad" };
     let _ = write!(
         h,
-        "<h1>swan {}</h1><p id=summary>Status: <b class={class} id=readiness>{}</b> · up {} s (since {}) · {} connections open ({} idle, parked) · refreshes every {REFRESH_SECONDS} s · <a href=/metrics>metrics</a> · <a href=/status.json>JSON</a></p>",
+        "<h1>swan {}</h1><p id=summary>Status: <b class={class} id=readiness>{}</b> · up {} (since {}) · {} connections open ({} idle, parked) · refreshes every {REFRESH_SECONDS} s · <a href=/metrics>metrics</a> · <a href=/status.json>JSON</a></p>",
         s(&status["version"]),
         esc(readiness),
-        s(&status["uptime_seconds"]),
+        status["uptime_seconds"]
+            .as_u64()
+            .map_or_else(|| "?".to_owned(), uptime),
         s(&status["started"]),
         s(&status["connections_open"]),
         s(&status["connections_parked"]),
@@ -355,9 +357,30 @@ pub(crate) fn html(status: &Value) -> String {
     h
 }
 
+/// `secs` as a person reads an uptime: its two largest units.
+fn uptime(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86_400, secs / 3_600 % 24, secs / 60 % 60, secs % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s} s"),
+        (0, 0, _) => format!("{m} min {s} s"),
+        (0, _, _) => format!("{h} h {m} min"),
+        _ => format!("{d} d {h} h"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uptime_reads_in_its_two_largest_units() {
+        assert_eq!(uptime(0), "0 s");
+        assert_eq!(uptime(59), "59 s");
+        assert_eq!(uptime(61), "1 min 1 s");
+        assert_eq!(uptime(3_600), "1 h 0 min");
+        assert_eq!(uptime(86_399), "23 h 59 min");
+        assert_eq!(uptime(90_061), "1 d 1 h");
+    }
 
     #[test]
     fn the_page_escapes_what_it_shows() {

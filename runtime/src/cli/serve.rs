@@ -515,12 +515,23 @@ fn print_banner(config: &Config, sites: &Sites, bound: &[std::net::SocketAddr], 
     let mut files = 0;
     let mut bytes = 0;
     let mut servlets = 0;
+    let mut refused = 0;
     for site in sites.iter() {
         let s = site.cache.stats();
         files += s.cached_files + s.streamed_files;
         bytes += s.cached_bytes;
-        servlets += site.servlets.routes.iter().count();
+        servlets += site
+            .servlets
+            .routes
+            .iter()
+            .filter(|r| matches!(r.target, swan::servlet::Target::Servlet(_)))
+            .count();
+        refused += site.servlets.refused.len();
     }
+    let refused = match refused {
+        0 => String::new(),
+        n => format!(" ({n} refused: see the log)"),
+    };
     let urls: Vec<String> = bound
         .iter()
         .zip(&config.server.listen)
@@ -532,7 +543,7 @@ fn print_banner(config: &Config, sites: &Sites, bound: &[std::net::SocketAddr], 
     say(
         config,
         &format!(
-            "swan {} ready in {} ms: {} ({} workers, {} runtime); {} site{}, {files} files, {} cached, {servlets} servlets",
+            "swan {} ready in {} ms: {} ({} workers, {} runtime); {} site{}, {files} files, {} cached, {servlets} servlets{refused}",
             env!("CARGO_PKG_VERSION"),
             started.elapsed().as_millis(),
             urls.join(" "),

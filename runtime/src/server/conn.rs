@@ -360,6 +360,39 @@ fn refused_status(e: &hyper::Error) -> Option<u16> {
     }
 }
 
+/// How long, and how many bytes, a connection hyper closed is read and
+/// discarded before the socket is closed (NGINX's lingering close).
+const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+const LINGER_BYTES: usize = 16 << 20;
+
+/// Closes a connection hyper is done with without losing its last answer.
+/// A client still sending a body the server did not read (a 413 given on
+/// the declared length, an early error) would otherwise get a reset as the
+/// socket closes with unread bytes, and a reset can destroy the response
+/// before the client reads it. So: end the write side (the client sees the
+/// end of the response), then read and discard until the client closes,
+/// for at most [`LINGER_TIME`] and [`LINGER_BYTES`].
+pub(crate) async fn linger_close<S>(mut io: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if io.shutdown().await.is_err() {
+        return;
+    }
+    let discard = async {
+        let mut buf = [0u8; 8192];
+        let mut total = 0;
+        while total < LINGER_BYTES {
+            match io.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER_TIME, discard).await;
+}
+
 /// Runs one hyper connection to its end.
 pub(crate) async fn drive<S, Svc>(
     io: WatchedIo<S>,
@@ -387,14 +420,45 @@ where
             let graceful = |conn: Pin<&mut _>| auto::Connection::graceful_shutdown(conn);
             // HTTP/2 notices its client leaving by itself.
             let gone = ClientGone::unwatched(state.clone());
-            supervise(conn, graceful, state, remote, gone, shutdown, limits).await
+            supervise(conn, graceful, state, remote, gone, shutdown, limits)
+                .await
+                .map(drop)
         }
         Protocol::Http1(builder, gone) => {
-            let conn = builder.serve_connection(io, service);
-            let graceful = |conn: Pin<&mut _>| http1::Connection::graceful_shutdown(conn);
-            supervise(conn, graceful, state, remote, gone, shutdown, limits).await
+            let mut conn = Box::pin(builder.serve_connection(io, service));
+            let graceful =
+                |conn: Pin<&mut Pin<&mut http1::Connection<TokioIo<WatchedIo<S>>, Svc>>>| {
+                    http1::Connection::graceful_shutdown(conn.get_mut().as_mut());
+                };
+            let ended = supervise(
+                conn.as_mut(),
+                graceful,
+                state,
+                remote,
+                gone,
+                shutdown,
+                limits,
+            )
+            .await?;
+            // hyper closed it (`Connection: close`, a bad request, an
+            // answer such as 413 given before the body was read): linger,
+            // as on plain TCP, so the client reads the answer.
+            if ended == Ended::Closed {
+                let io = Pin::into_inner(conn).into_parts().io.into_inner();
+                Box::pin(linger_close(io)).await;
+            }
+            Ok(())
         }
     }
+}
+
+/// How a supervised connection ended without an error.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// Its future completed: hyper closed it.
+    Closed,
+    /// The client left while a request was handled.
+    ClientLeft,
 }
 
 /// Runs `conn` under its watchdog and the server's drain: `graceful` asks
@@ -407,7 +471,7 @@ async fn supervise<C, E>(
     mut gone: ClientGone,
     mut shutdown: watch::Receiver<bool>,
     limits: Limits,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+) -> Result<Ended, Box<dyn std::error::Error + Send + Sync>>
 where
     C: std::future::Future<Output = Result<(), E>>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -418,12 +482,12 @@ where
     let mut linger = Linger::default();
     loop {
         tokio::select! {
-            result = conn.as_mut() => return result.map_err(Into::into),
+            result = conn.as_mut() => return result.map(|()| Ended::Closed).map_err(Into::into),
             () = &mut gone => {
                 // Dropping the connection drops the handler: its request
                 // is logged and counted as 499.
                 tracing::debug!(%remote, "the client left while its request was handled");
-                return Ok(());
+                return Ok(Ended::ClientLeft);
             }
             _ = shutdown.changed(), if !closing && !linger.started() => linger.start(&state),
             () = linger.wait(), if !closing => {

@@ -38,11 +38,6 @@ use crate::request::Peer;
 /// What opens every HTTP/2 connection with prior knowledge.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// How long, and how many bytes, a connection hyper closed is read and
-/// discarded before the socket is closed (NGINX's lingering close).
-const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(2);
-const LINGER_BYTES: usize = 16 << 20;
-
 /// How long a first byte `P` waits for the next one, in pauses.
 const LONE_P_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
 const LONE_P_WAITS: u32 = 200;
@@ -181,7 +176,7 @@ pub(crate) async fn serve(
                 if !io.take_released() {
                     // Boxed: its buffer would otherwise size every
                     // connection's task.
-                    Box::pin(linger_close(io)).await;
+                    Box::pin(conn::linger_close(io)).await;
                     return;
                 }
                 service = parts.service;
@@ -204,34 +199,6 @@ pub(crate) async fn serve(
 /// close would look complete.
 fn reset(io: WatchedIo<TcpStream>) {
     io.get_ref().reset_on_close();
-}
-
-/// Closes a connection hyper is done with without losing its last answer.
-/// A client still sending a body the server did not read (a 413 given on
-/// the declared length, an early error) would otherwise get a reset as the
-/// socket closes with unread bytes, and a reset can destroy the response
-/// before the client reads it. So: end the write side (the client sees the
-/// end of the response), then read and discard until the client closes,
-/// for at most [`LINGER_TIME`] and [`LINGER_BYTES`].
-async fn linger_close<S>(mut io: S)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    if io.shutdown().await.is_err() {
-        return;
-    }
-    let discard = async {
-        let mut buf = [0u8; 8192];
-        let mut total = 0;
-        while total < LINGER_BYTES {
-            match io.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => total += n,
-            }
-        }
-    };
-    let _ = tokio::time::timeout(LINGER_TIME, discard).await;
 }
 
 /// Counts a connection parked for as long as it lives.

@@ -130,6 +130,9 @@ pub(crate) struct Running {
     pub(crate) urls: Vec<String>,
     /// The admin listener's `host:port`.
     pub(crate) admin: Option<String>,
+    /// The banner line.
+    #[allow(dead_code, reason = "not every test binary reads it")]
+    pub(crate) banner: String,
 }
 
 /// Starts `swan serve` in `dir` with `args` and reads its banner (and the
@@ -181,7 +184,12 @@ pub(crate) fn start_program(
             sink.clear();
         }
     });
-    Running { child, urls, admin }
+    Running {
+        child,
+        urls,
+        admin,
+        banner,
+    }
 }
 
 /// Sends raw `request` bytes to `addr` and reads the whole reply.
