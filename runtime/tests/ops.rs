@@ -1753,6 +1753,21 @@ fn removed_routes_leave_the_metrics() {
         assert!(Instant::now() < deadline, "v1's series stayed");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The status page's recent reloads say what each one changed.
+    let status = get(&admin, "/status.json");
+    let json: serde_json::Value = serde_json::from_str(body(&status)).expect("status JSON");
+    let details: Vec<&str> = json["reloads"]
+        .as_array()
+        .expect("reloads")
+        .iter()
+        .filter_map(|r| r["detail"].as_str())
+        .collect();
+    for change in ["added /v1/* (v1.wasm)", "removed /v1/* (v1.wasm)"] {
+        assert!(
+            details.iter().any(|d| d.contains(change)),
+            "{change}: {details:?}"
+        );
+    }
     std::fs::write(dir.path().join("swan.toml"), config("")).expect("config");
     let _ = Command::new("kill")
         .args(["-HUP", &s.child.id().to_string()])
@@ -1766,8 +1781,13 @@ fn removed_routes_leave_the_metrics() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(series("/who/*") > 0, "a route that stays keeps its series");
-    // Each removal is a log line naming the route.
+    // Each addition and removal is a log line naming the route.
     let log = stop(s.child);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("servlet added") && l.contains("route=/v1/*")),
+        "{log}"
+    );
     for route in ["/v1/*", "/api-v1/*"] {
         assert!(
             log.lines()

@@ -426,6 +426,7 @@ async fn a_file_that_is_not_binary_webassembly_is_refused_without_quoting_it() -
     huge.set_len(1 << 30)?;
     drop(huge);
     site2.file("servlets/short.wasm", b"\0a")?;
+    site2.file("servlets/empty.wasm", b"")?;
     site2.file("servlets/ok.wasm", ok_module())?;
     assert!(
         eventually(WAIT, || async {
@@ -454,6 +455,13 @@ async fn a_file_that_is_not_binary_webassembly_is_refused_without_quoting_it() -
         refused
             .iter()
             .any(|e| e.contains("short.wasm") && e.contains("magic number")),
+        "{refused:?}"
+    );
+    // An empty file is most likely a copy under way, and says so.
+    assert!(
+        refused
+            .iter()
+            .any(|e| e.contains("empty.wasm") && e.contains("the file is empty")),
         "{refused:?}"
     );
     assert!(

@@ -101,6 +101,7 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
     outln!("  max_body_bytes      {}", human_bytes(s.max_body_bytes));
     outln!("  header_read_timeout {:?}", s.header_read_timeout);
     outln!("  keepalive_timeout   {:?}", s.keepalive_timeout);
+    outln!("  drain_grace         {:?}", s.drain_grace);
     outln!("  drain_timeout       {:?}", s.drain_timeout);
     outln!("  max_instances       {}", s.max_instances);
     if let Some(path) = &s.pid_file {

@@ -405,7 +405,15 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
                     if what.servlets && !refused.is_empty() {
                         app.observe.reloaded(label, false, refused.join("; "));
                     } else {
-                        app.observe.reloaded(label, true, "");
+                        // What changed: which routes were added, replaced,
+                        // removed.
+                        let changes: Vec<String> = new
+                            .servlets
+                            .changes_since(&site.servlets)
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect();
+                        app.observe.reloaded(label, true, changes.join("; "));
                     }
                     if what.servlets {
                         app.observe

@@ -142,6 +142,14 @@ fn parsed(header: &[u8], peer: SocketAddr) -> Result<Client, ProxyError> {
             tls: false,
         }),
         HeaderResult::V2(Ok(h)) => {
+            // A TLV that runs past the header's end (or is cut short) makes
+            // the header malformed, as the specification says, not one to
+            // read up to its first bad TLV.
+            if h.tlvs().any(|tlv| tlv.is_err()) {
+                return Err(ProxyError::Malformed(
+                    "v2 header with a malformed TLV".to_owned(),
+                ));
+            }
             let tls = h.command != v2::Command::Local
                 && h.tlvs().flatten().any(|tlv| {
                     tlv.kind == PP2_TYPE_SSL
@@ -213,6 +221,16 @@ mod tests {
             ssl.extend_from_slice(&[0xC3, 0x50, 0x1F, 0x90]);
             ssl.extend_from_slice(&[0x20, 0, 5, client_flags, 0, 0, 0, 0]);
             assert_eq!(client_of(&ssl, peer()).ok().map(|c| c.tls), Some(tls));
+        }
+        // A TLV claiming 80 bytes where 3 are left, and one cut inside its
+        // own type and length: malformed.
+        for tlvs in [&[0x02, 0x00, 0x50, b'a', b'b', b'c'][..], &[0x02, 0x00][..]] {
+            let mut bad = V2_SIGNATURE.to_vec();
+            let len = 12 + tlvs.len() as u8;
+            bad.extend_from_slice(&[0x21, 0x11, 0, len, 198, 51, 100, 9, 10, 0, 0, 2]);
+            bad.extend_from_slice(&[0xC3, 0x50, 0x1F, 0x90]);
+            bad.extend_from_slice(tlvs);
+            assert!(client_of(&bad, peer()).is_err(), "{tlvs:?}");
         }
         // LOCAL: a health check from the proxy itself.
         let mut local = V2_SIGNATURE.to_vec();

@@ -51,7 +51,7 @@ pub struct SiteServlets {
     pub routes: RouteTable,
     /// Servlets that could not be loaded, with the reason.
     pub refused: Vec<Refused>,
-    loaded: Vec<Loaded>,
+    pub(super) loaded: Vec<Loaded>,
     builds: HashMap<String, BuildRecord>,
 }
 
@@ -105,9 +105,9 @@ const REFUSAL_KEPT: std::time::Duration = std::time::Duration::from_secs(60);
 /// A loaded servlet at its route (the stamp of the file it came from is
 /// the servlet's own).
 #[derive(Debug, Clone)]
-struct Loaded {
-    path: RoutePath,
-    servlet: Arc<Servlet>,
+pub(super) struct Loaded {
+    pub(super) path: RoutePath,
+    pub(super) servlet: Arc<Servlet>,
 }
 
 /// The loader could not start.
@@ -291,13 +291,6 @@ impl Loader {
             });
         }
         let loaded: Vec<Loaded> = loaded.into_iter().flatten().collect();
-        for gone in previous
-            .iter()
-            .flat_map(|p| &p.loaded)
-            .filter(|old| !routes.iter().any(|r| r.path == old.path))
-        {
-            tracing::info!(route = %gone.path, file = %gone.servlet.info().file.display(), "servlet removed: its route is gone (requests under way finish on it)");
-        }
         SiteServlets {
             routes,
             refused,
@@ -494,6 +487,11 @@ fn read_module(file: &std::path::Path) -> Result<Vec<u8>, LoadError> {
         return Err(invalid(format!(
             "it is {len} bytes, over the {MAX_MODULE_BYTES} a servlet may be"
         )));
+    }
+    if len == 0 {
+        return Err(invalid(
+            "the file is empty (a copy still under way?)".to_owned(),
+        ));
     }
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     let mut magic = [0u8; 4];

@@ -4,6 +4,7 @@
 //! - `route`: the route table, pure (`find`, `add`);
 //! - `loader`: a site's servlets from its configuration and folders, in
 //!   three steps: plan, decide what to reuse, compile;
+//! - `changes`: what a reload changed (routes added, replaced, removed);
 //! - `source`: source folders built into modules (development mode);
 //! - `pool`: a servlet's instances: ready queue, refill, reuse,
 //!   concurrency and queue limits;
@@ -18,6 +19,7 @@
 //! `reuse = N`. Instances are created ahead of time, so the request path
 //! usually only takes one from a lock-free queue.
 
+mod changes;
 mod component;
 mod deadline;
 mod fault;
@@ -38,6 +40,7 @@ use std::sync::Arc;
 use http::{Request, Response};
 use http_body::Body as HttpBody;
 
+pub use changes::{Change, ChangeKind};
 pub use info::{CallContext, ServletInfo};
 pub use loader::{Loader, LoaderError, Refused, SiteServlets};
 pub use native::{ABI_VERSION, LoadError};

@@ -126,13 +126,20 @@ impl Connection {
 
     /// A call on this connection failed with `e`: the store's error for
     /// it. A refused handshake makes the manager useless for good, so it
-    /// is forgotten and made again (after [`RETRY_CONNECT`]).
+    /// is forgotten and made again (after [`RETRY_CONNECT`]). A lost
+    /// connection forgets the manager too: left alone, it would make every
+    /// later call wait for its own reconnection and back-off (about 140 ms
+    /// each while Redis is down); the next call connects afresh, and if
+    /// that fails, the calls of the next second fail at once.
     fn failed(&self, e: RedisError) -> StoreError {
         let refused = refused_handshake(&e);
+        let lost = e.is_connection_dropped() || e.is_io_error() || e.is_connection_refusal();
         let error = classify(e);
         if refused {
             self.manager.store(None);
             self.failed_now(&error);
+        } else if lost {
+            self.manager.store(None);
         }
         error
     }
