@@ -426,6 +426,10 @@ where
         }
         Protocol::Http1(builder, gone) => {
             let mut conn = Box::pin(builder.serve_connection(io, service));
+            #[allow(
+                clippy::type_complexity,
+                reason = "the closure's argument must be named for inference"
+            )]
             let graceful =
                 |conn: Pin<&mut Pin<&mut http1::Connection<TokioIo<WatchedIo<S>>, Svc>>>| {
                     http1::Connection::graceful_shutdown(conn.get_mut().as_mut());
