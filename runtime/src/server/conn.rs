@@ -461,6 +461,8 @@ where
 enum Ended {
     /// Its future completed: hyper closed it.
     Closed,
+    /// Its future completed after swan asked it to close (drain, idle).
+    ClosedByUs,
     /// The client left while a request was handled.
     ClientLeft,
 }
@@ -486,7 +488,11 @@ where
     let mut linger = Linger::default();
     loop {
         tokio::select! {
-            result = conn.as_mut() => return result.map(|()| Ended::Closed).map_err(Into::into),
+            result = conn.as_mut() => {
+                // A close swan asked for (drain, idle) needs no linger.
+                let ended = if closing { Ended::ClosedByUs } else { Ended::Closed };
+                return result.map(|()| ended).map_err(Into::into);
+            }
             () = &mut gone => {
                 // Dropping the connection drops the handler: its request
                 // is logged and counted as 499.

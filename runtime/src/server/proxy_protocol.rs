@@ -145,7 +145,9 @@ fn parsed(header: &[u8], peer: SocketAddr) -> Result<Client, ProxyError> {
             // A TLV that runs past the header's end (or is cut short) makes
             // the header malformed, as the specification says, not one to
             // read up to its first bad TLV.
-            if h.tlvs().any(|tlv| tlv.is_err()) {
+            // (A LOCAL header's block is discarded unread, as the
+            // specification says.)
+            if h.command != v2::Command::Local && h.tlvs().any(|tlv| tlv.is_err()) {
                 return Err(ProxyError::Malformed(
                     "v2 header with a malformed TLV".to_owned(),
                 ));

@@ -391,12 +391,8 @@ impl Loader {
                 };
                 let stamp = tried.stamp;
                 match handle.join() {
-                    Ok(Ok(servlet)) => {
-                        if old.is_some() {
-                            tracing::info!(route = %path, file = %servlet.info().file.display(), "servlet updated");
-                        }
-                        loaded.push(Some(Loaded { path, servlet }));
-                    }
+                    // Logged as replaced by `Site::refresh` (`changes_since`).
+                    Ok(Ok(servlet)) => loaded.push(Some(Loaded { path, servlet })),
                     Ok(Err(error)) => {
                         let file = error.file().to_path_buf();
                         let lasting = error.is_lasting();

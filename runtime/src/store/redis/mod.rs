@@ -133,7 +133,10 @@ impl Connection {
     /// that fails, the calls of the next second fail at once.
     fn failed(&self, e: RedisError) -> StoreError {
         let refused = refused_handshake(&e);
-        let lost = e.is_connection_dropped() || e.is_io_error() || e.is_connection_refusal();
+        // Not a timeout: the connection may still deliver that command
+        // later, and a new one could let a later write to the key land
+        // first. A stall is not an outage either.
+        let lost = !e.is_timeout() && (e.is_connection_dropped() || e.is_connection_refusal());
         let error = classify(e);
         if refused {
             self.manager.store(None);
