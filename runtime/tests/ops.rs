@@ -1781,6 +1781,22 @@ fn removed_routes_leave_the_metrics() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(series("/who/*") > 0, "a route that stays keeps its series");
+    // The configuration reload's entry names the route it took out.
+    let status = get(&admin, "/status.json");
+    let json: serde_json::Value = serde_json::from_str(body(&status)).expect("status JSON");
+    let configuration = json["reloads"]
+        .as_array()
+        .expect("reloads")
+        .iter()
+        .filter(|r| r["what"] == "configuration")
+        .filter_map(|r| r["detail"].as_str())
+        .collect::<Vec<_>>();
+    assert!(
+        configuration
+            .iter()
+            .any(|d| d.contains("removed /api-v1/* (who.wasm)")),
+        "{configuration:?}"
+    );
     // Each addition and removal is a log line naming the route.
     let log = stop(s.child);
     assert!(

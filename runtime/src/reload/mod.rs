@@ -543,6 +543,8 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
     // Servlets this reload refused (a broken file left from before is
     // not news).
     let mut refused: Vec<String> = Vec::new();
+    // Servlet routes added, replaced, removed.
+    let mut changes: Vec<String> = Vec::new();
     for site_config in &config.sites {
         let previous = current
             .iter()
@@ -555,6 +557,10 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
         ) {
             Ok(site) => {
                 refused.extend(site.servlets.fresh_refusals().map(|r| r.error.to_string()));
+                if let Some(p) = previous {
+                    let site_changes = site.servlets.changes_since(&p.servlets);
+                    changes.extend(site_changes.iter().map(ToString::to_string));
+                }
                 sites.push(Arc::new(site));
             }
             Err(e) => {
@@ -578,6 +584,7 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
     if !ok {
         notes.insert(0, format!("servlets refused: {}", refused.join("; ")));
     }
+    notes.splice(0..0, changes);
     app.observe.reloaded("configuration", ok, notes.join("; "));
     true
 }
