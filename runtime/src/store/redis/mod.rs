@@ -126,23 +126,13 @@ impl Connection {
 
     /// A call on this connection failed with `e`: the store's error for
     /// it. A refused handshake makes the manager useless for good, so it
-    /// is forgotten and made again (after [`RETRY_CONNECT`]). A lost
-    /// connection forgets the manager too: left alone, it would make every
-    /// later call wait for its own reconnection and back-off (about 140 ms
-    /// each while Redis is down); the next call connects afresh, and if
-    /// that fails, the calls of the next second fail at once.
+    /// is forgotten and made again (after [`RETRY_CONNECT`]).
     fn failed(&self, e: RedisError) -> StoreError {
         let refused = refused_handshake(&e);
-        // Not a timeout: the connection may still deliver that command
-        // later, and a new one could let a later write to the key land
-        // first. A stall is not an outage either.
-        let lost = !e.is_timeout() && (e.is_connection_dropped() || e.is_connection_refusal());
         let error = classify(e);
         if refused {
             self.manager.store(None);
             self.failed_now(&error);
-        } else if lost {
-            self.manager.store(None);
         }
         error
     }
