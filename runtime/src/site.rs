@@ -65,12 +65,6 @@ impl Site {
                 };
                 tracing::error!(site = %config.name, "servlet refused: {}{previous}", r.error);
             }
-            for c in previous
-                .iter()
-                .flat_map(|p| servlets.changes_since(&p.servlets))
-            {
-                tracing::info!(site = %config.name, route = %c.route, file = %c.file.display(), "{}", c.message());
-            }
         }
         if what.servlets || previous.is_none() {
             warn_shadowed(config, &cache, &servlets);

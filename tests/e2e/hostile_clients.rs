@@ -701,13 +701,7 @@ async fn an_http2_upload_answered_early_is_read_on_not_reset() -> Result<()> {
     // and the stream ends as the client ends it, with no RST_STREAM.
     let mut conn = H2Conn::open(server.addr()).await?;
     let head = h2_post_headers("/len", "localhost", 30_000);
-    conn.send(&h2raw::frame(kind::HEADERS, flag::END_HEADERS, 1, &head))
-        .await;
-    let answered = conn
-        .wait_for(Duration::from_secs(5), |f| {
-            f.kind == kind::HEADERS && f.stream == 1
-        })
-        .await;
+    let answered = conn.request(1, &head, false, Duration::from_secs(5)).await;
     assert!(answered.is_some(), "no early answer");
     assert!(
         conn.send(&h2raw::frame(kind::DATA, 0, 1, &[b'u'; 16_384]))
@@ -722,11 +716,18 @@ async fn an_http2_upload_answered_early_is_read_on_not_reset() -> Result<()> {
         .await;
     assert!(reset.is_none(), "stream reset: {reset:?}");
 
-    // A body that never comes is given up after a while: the stream is
-    // reset with NO_ERROR, and the connection serves on.
+    // A body that never comes is waited for a while, not reset with the
+    // answer; then given up: the stream is reset with NO_ERROR, and the
+    // connection serves on.
     let head = h2_post_headers("/len", "localhost", 10_000_000);
-    conn.send(&h2raw::frame(kind::HEADERS, flag::END_HEADERS, 3, &head))
+    let answered = conn.request(3, &head, false, Duration::from_secs(5)).await;
+    assert!(answered.is_some(), "no early answer");
+    let at_once = conn
+        .wait_for(Duration::from_millis(500), |f| {
+            f.kind == kind::RST_STREAM && f.stream == 3
+        })
         .await;
+    assert!(at_once.is_none(), "reset with its answer: {at_once:?}");
     let reset = conn
         .wait_for(Duration::from_secs(10), |f| {
             f.kind == kind::RST_STREAM && f.stream == 3
@@ -735,18 +736,7 @@ async fn an_http2_upload_answered_early_is_read_on_not_reset() -> Result<()> {
         .ok_or_else(|| anyhow::anyhow!("the unread upload was never reset"))?;
     assert_eq!(reset.payload, [0, 0, 0, 0], "RST_STREAM(NO_ERROR)");
     let get = h2raw::get_headers("/index.html", "localhost");
-    conn.send(&h2raw::frame(
-        kind::HEADERS,
-        flag::END_HEADERS | flag::END_STREAM,
-        5,
-        &get,
-    ))
-    .await;
-    let served = conn
-        .wait_for(Duration::from_secs(5), |f| {
-            f.kind == kind::HEADERS && f.stream == 5
-        })
-        .await;
+    let served = conn.request(5, &get, true, Duration::from_secs(5)).await;
     assert!(served.is_some(), "the connection no longer serves");
     Ok(())
 }

@@ -119,6 +119,21 @@ impl H2Conn {
         tokio::time::timeout(wait, read).await.ok().flatten()
     }
 
+    /// Sends `block` as one HEADERS frame on `stream` (ending the stream
+    /// when `end`) and waits for the answer's HEADERS on it.
+    pub async fn request(
+        &mut self,
+        stream: u32,
+        block: &[u8],
+        end: bool,
+        wait: Duration,
+    ) -> Option<Frame> {
+        let flags = flag::END_HEADERS | if end { flag::END_STREAM } else { 0 };
+        self.send(&frame(kind::HEADERS, flags, stream, block)).await;
+        self.wait_for(wait, |f| f.kind == kind::HEADERS && f.stream == stream)
+            .await
+    }
+
     /// Reads frames until one matches, the connection ends, or `wait`
     /// passes; acknowledges the server's SETTINGS on the way.
     pub async fn wait_for(

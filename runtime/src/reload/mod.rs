@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::app::App;
 use crate::config::{Config, Overrides};
-use crate::servlet::{Loader, Servlet};
+use crate::servlet::{Change, Loader, Servlet, log_changes};
 use crate::site::{Refresh, Site, Sites};
 
 mod watch;
@@ -402,17 +402,15 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
                         .fresh_refusals()
                         .map(|r| r.error.to_string())
                         .collect();
+                    // What changed: which routes were added, replaced,
+                    // removed (none when only files were reloaded).
+                    let changes = log_changes(
+                        &new.config.name,
+                        &new.servlets.changes_since(&site.servlets),
+                    );
                     if what.servlets && !refused.is_empty() {
                         app.observe.reloaded(label, false, refused.join("; "));
                     } else {
-                        // What changed: which routes were added, replaced,
-                        // removed.
-                        let changes: Vec<String> = new
-                            .servlets
-                            .changes_since(&site.servlets)
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect();
                         app.observe.reloaded(label, true, changes.join("; "));
                     }
                     if what.servlets {
@@ -543,8 +541,9 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
     // Servlets this reload refused (a broken file left from before is
     // not news).
     let mut refused: Vec<String> = Vec::new();
-    // Servlet routes added, replaced, removed.
-    let mut changes: Vec<String> = Vec::new();
+    // Servlet routes added, replaced, removed, by site: logged once the
+    // configuration is in force.
+    let mut changes: Vec<(String, Vec<Change>)> = Vec::new();
     for site_config in &config.sites {
         let previous = current
             .iter()
@@ -558,8 +557,10 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
             Ok(site) => {
                 refused.extend(site.servlets.fresh_refusals().map(|r| r.error.to_string()));
                 if let Some(p) = previous {
-                    let site_changes = site.servlets.changes_since(&p.servlets);
-                    changes.extend(site_changes.iter().map(ToString::to_string));
+                    changes.push((
+                        site.config.name.clone(),
+                        site.servlets.changes_since(&p.servlets),
+                    ));
                 }
                 sites.push(Arc::new(site));
             }
@@ -584,6 +585,9 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
     if !ok {
         notes.insert(0, format!("servlets refused: {}", refused.join("; ")));
     }
+    let changes = changes
+        .iter()
+        .flat_map(|(site, changes)| log_changes(site, changes));
     notes.splice(0..0, changes);
     app.observe.reloaded("configuration", ok, notes.join("; "));
     true

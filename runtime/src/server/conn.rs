@@ -416,7 +416,7 @@ where
     let io = TokioIo::new(io);
     match protocol {
         Protocol::Detect(builder) => {
-            let conn = builder.serve_connection(io, service);
+            let conn = std::pin::pin!(builder.serve_connection(io, service));
             let graceful = |conn: Pin<&mut _>| auto::Connection::graceful_shutdown(conn);
             // HTTP/2 notices its client leaving by itself.
             let gone = ClientGone::unwatched(state.clone());
@@ -426,14 +426,7 @@ where
         }
         Protocol::Http1(builder, gone) => {
             let mut conn = Box::pin(builder.serve_connection(io, service));
-            #[allow(
-                clippy::type_complexity,
-                reason = "the closure's argument must be named for inference"
-            )]
-            let graceful =
-                |conn: Pin<&mut Pin<&mut http1::Connection<TokioIo<WatchedIo<S>>, Svc>>>| {
-                    http1::Connection::graceful_shutdown(conn.get_mut().as_mut());
-                };
+            let graceful = |conn: Pin<&mut _>| http1::Connection::graceful_shutdown(conn);
             let ended = supervise(
                 conn.as_mut(),
                 graceful,
@@ -470,7 +463,7 @@ enum Ended {
 /// Runs `conn` under its watchdog and the server's drain: `graceful` asks
 /// it to finish its current exchange and close.
 async fn supervise<C, E>(
-    conn: C,
+    mut conn: Pin<&mut C>,
     graceful: impl Fn(Pin<&mut C>),
     state: Arc<ConnState>,
     remote: std::net::SocketAddr,
@@ -482,7 +475,6 @@ where
     C: std::future::Future<Output = Result<(), E>>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    tokio::pin!(conn);
     let mut closing = false;
     let mut watchdog = Box::pin(watch(state.clone(), limits, false, false));
     let mut linger = Linger::default();

@@ -142,17 +142,17 @@ fn parsed(header: &[u8], peer: SocketAddr) -> Result<Client, ProxyError> {
             tls: false,
         }),
         HeaderResult::V2(Ok(h)) => {
-            // A TLV that runs past the header's end (or is cut short) makes
-            // the header malformed, as the specification says, not one to
-            // read up to its first bad TLV.
-            // (A LOCAL header's block is discarded unread, as the
-            // specification says.)
-            if h.command != v2::Command::Local && h.tlvs().any(|tlv| tlv.is_err()) {
+            // A LOCAL header's block is discarded unread. Otherwise a TLV
+            // that runs past the header's end (or is cut short) makes the
+            // header malformed, as the specification says, not one to read
+            // up to its first bad TLV.
+            let local = h.command == v2::Command::Local;
+            if !local && h.tlvs().any(|tlv| tlv.is_err()) {
                 return Err(ProxyError::Malformed(
                     "v2 header with a malformed TLV".to_owned(),
                 ));
             }
-            let tls = h.command != v2::Command::Local
+            let tls = !local
                 && h.tlvs().flatten().any(|tlv| {
                     tlv.kind == PP2_TYPE_SSL
                         && tlv.value.first().is_some_and(|c| c & PP2_CLIENT_SSL != 0)

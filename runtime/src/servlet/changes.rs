@@ -87,3 +87,15 @@ impl SiteServlets {
         changes
     }
 }
+
+/// Logs `site`'s servlet `changes`, a line each; their texts, for the
+/// reload's entry on the status page.
+pub fn log_changes(site: &str, changes: &[Change]) -> Vec<String> {
+    changes
+        .iter()
+        .map(|c| {
+            tracing::info!(site, route = %c.route, file = %c.file.display(), "{}", c.message());
+            c.to_string()
+        })
+        .collect()
+}

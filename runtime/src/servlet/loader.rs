@@ -391,7 +391,7 @@ impl Loader {
                 };
                 let stamp = tried.stamp;
                 match handle.join() {
-                    // Logged as replaced by `Site::refresh` (`changes_since`).
+                    // Logged as replaced by the reload (`changes_since`).
                     Ok(Ok(servlet)) => loaded.push(Some(Loaded { path, servlet })),
                     Ok(Err(error)) => {
                         let file = error.file().to_path_buf();

@@ -40,7 +40,7 @@ use std::sync::Arc;
 use http::{Request, Response};
 use http_body::Body as HttpBody;
 
-pub use changes::{Change, ChangeKind};
+pub use changes::{Change, ChangeKind, log_changes};
 pub use info::{CallContext, ServletInfo};
 pub use loader::{Loader, LoaderError, Refused, SiteServlets};
 pub use native::{ABI_VERSION, LoadError};
