@@ -408,7 +408,7 @@ async fn raw_tls(
 /// HTTP/1.1 negotiated by ALPN holds `max_header_bytes` exactly, however
 /// the head arrives; a client without ALPN is still served either
 /// protocol, told apart by its first bytes; one that chose `h2` is held
-/// to it.
+/// to it. Plain HTTP sent to the port gets a 400 that says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_http1_holds_the_head_limit_and_clients_without_alpn_are_served() {
     let dir = site();
@@ -505,6 +505,49 @@ async fn https_http1_holds_the_head_limit_and_clients_without_alpn_are_served() 
     .await;
     assert_eq!(negotiated, b"h2");
     assert_eq!(reply.get(3), Some(&4), "a SETTINGS frame: {reply:?}");
+    // Plain HTTP to the HTTPS port (`http://` by mistake) gets a 400 that
+    // says so, not a TLS alert; also with a body it does not wait for,
+    // and from curl. TLS clients are served on as before.
+    let tls_addr = tls.clone();
+    let plain_replies = tokio::task::spawn_blocking(move || {
+        let mut replies = vec![
+            raw(&tls_addr, b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+            raw(&tls_addr, b"HEAD / HTTP/1.0\r\n\r\n"),
+        ];
+        let mut upload =
+            b"POST /up HTTP/1.1\r\nHost: localhost\r\nContent-Length: 300000\r\n\r\n".to_vec();
+        upload.extend(std::iter::repeat_n(b'u', 300_000));
+        replies.push(raw(&tls_addr, &upload));
+        let curl = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("http://{tls_addr}/"))
+            .output()
+            .expect("curl");
+        (replies, String::from_utf8_lossy(&curl.stdout).into_owned())
+    })
+    .await
+    .expect("plain clients");
+    for reply in &plain_replies.0 {
+        assert_eq!(status_of(reply), 400, "{reply}");
+        assert!(
+            reply.contains("plain HTTP request was sent to an HTTPS port"),
+            "{reply}"
+        );
+        assert!(
+            reply.to_ascii_lowercase().contains("server: swan"),
+            "{reply}"
+        );
+    }
+    assert_eq!(plain_replies.1, "400");
+    let (_, reply, _) = raw_tls(
+        &tls,
+        &certs.ca_der,
+        &[b"http/1.1"],
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+        usize::MAX,
+    )
+    .await;
+    assert!(reply.starts_with(b"HTTP/1.1 200 "), "{reply:?}");
     stop(s.child);
 }
 

@@ -362,7 +362,7 @@ fn refused_status(e: &hyper::Error) -> Option<u16> {
 
 /// How long, and how many bytes, a connection hyper closed is read and
 /// discarded before the socket is closed (NGINX's lingering close).
-const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+pub(super) const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 const LINGER_BYTES: usize = 16 << 20;
 
 /// Closes a connection hyper is done with without losing its last answer.

@@ -349,6 +349,15 @@ async fn handshake(
     match kind.tls {
         None => parking::serve(stream, peer, app, builder, shutdown, limits, slot).await,
         Some(acceptor) => {
+            // Plain HTTP (`http://` to an HTTPS port) gets a 400 that says
+            // so, as from NGINX, not a TLS alert.
+            if tokio::time::timeout_at(deadline, tls::starts_plain_http(&stream)).await == Ok(true)
+            {
+                app.observe.tls_failed.add(1);
+                tracing::debug!(%remote, "plain HTTP on a TLS listener: answered 400");
+                tls::answer_plain_http(stream).await;
+                return;
+            }
             let state = Arc::new(watchdog::ConnState::new());
             let socket = stream::SocketStamp::new(stream, state.clone());
             match tokio::time::timeout_at(deadline, acceptor.accept(socket)).await {

@@ -129,3 +129,36 @@ fn watch(config: TlsConfig, current: Arc<Current>) {
         tracing::warn!(error = %e, "cannot watch the TLS certificate; changes need a restart");
     }
 }
+
+/// The answer to plain HTTP sent to an HTTPS listener (NGINX's, in words):
+/// a client that left out `https://` learns why, instead of reading a TLS
+/// alert as garbage.
+const PLAIN_HTTP_BODY: &str = "The plain HTTP request was sent to an HTTPS port.\n";
+
+/// Whether a connection's first byte is plain HTTP, not a TLS record: a
+/// TLS handshake starts with 0x16, a request line with a method's
+/// uppercase letter. Waits for the byte (bounded by the caller).
+pub(super) async fn starts_plain_http(stream: &tokio::net::TcpStream) -> bool {
+    let mut first = [0u8; 1];
+    matches!(stream.peek(&mut first).await, Ok(1) if first[0].is_ascii_uppercase())
+}
+
+/// Answers plain HTTP on an HTTPS listener with 400 and closes, reading
+/// what the client sends meanwhile (as `linger_close` does) so that the
+/// answer is not lost to a reset.
+pub(super) async fn answer_plain_http(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\nserver: swan\r\ndate: {}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{PLAIN_HTTP_BODY}",
+        httpdate::fmt_http_date(crate::clock::wall()),
+        PLAIN_HTTP_BODY.len()
+    );
+    let written = tokio::time::timeout(
+        super::conn::LINGER_TIME,
+        stream.write_all(answer.as_bytes()),
+    )
+    .await;
+    if matches!(written, Ok(Ok(()))) {
+        super::conn::linger_close(stream).await;
+    }
+}
