@@ -1933,3 +1933,70 @@ fn a_servlet_named_so_it_cannot_be_a_route_is_shown_refused() {
     let log = stop(s.child);
     assert_eq!(log.matches("not a valid URL segment").count(), 2, "{log}");
 }
+
+/// A native servlet that GETs the URL in its `URL` setting with
+/// `http_send`, and answers `refused` when the call fails, `sent` when not.
+const FETCH: &str = r#"(module
+  (import "swan" "setting" (func $setting (param i32 i32 i32 i32) (result i32)))
+  (import "swan" "http_send" (func $send (param i32 i32) (result i32)))
+  (import "swan" "response_write" (func $write (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "URL")
+  (data (i32.const 16) "refusedsent")
+  (data (i32.const 100) "GET ")
+  (func (export "swan_abi_version") (result i32) i32.const 1)
+  (func (export "swan_handle") (result i32) (local $n i32)
+    (local.set $n (call $setting (i32.const 0) (i32.const 3) (i32.const 104) (i32.const 1000)))
+    (i32.store8 (i32.add (i32.const 104) (local.get $n)) (i32.const 10))
+    (i32.store8 (i32.add (i32.const 105) (local.get $n)) (i32.const 10))
+    (if (i32.lt_s (call $send (i32.const 100) (i32.add (local.get $n) (i32.const 6))) (i32.const 0))
+      (then (drop (call $write (i32.const 16) (i32.const 7))))
+      (else (drop (call $write (i32.const 23) (i32.const 4)))))
+    i32.const 0))"#;
+
+/// An outbound request the rules refuse is logged as a warning that names
+/// the servlet, the request and the destination (scheme, host and port,
+/// never the path or query), and says which rule refused it.
+#[test]
+fn refused_outbound_requests_are_logged_with_why() {
+    let dir = site();
+    std::fs::write(
+        dir.path().join("fetch.wasm"),
+        wat::parse_str(FETCH).expect("fetch"),
+    )
+    .expect("fetch");
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[[site]]\nroot = \"www\"\n\
+         [[site.route]]\npath = \"/deny\"\nservlet = \"fetch.wasm\"\n\
+         [site.route.settings]\nURL = \"http://127.0.0.1:9/secret?token=abc\"\n\
+         [[site.route]]\npath = \"/private\"\nservlet = \"fetch.wasm\"\nallowed_outbound_hosts = [\"http://localhost:9\"]\n\
+         [site.route.settings]\nURL = \"http://localhost:9/secret?token=abc\"\n",
+    )
+    .expect("config");
+    let s = start(dir.path(), &[], false);
+    let public = &s.urls[0];
+    for path in ["/deny", "/private"] {
+        let reply = get(public, path);
+        assert_eq!(body(&reply), "refused", "{path}: {reply}");
+    }
+    let log = stop(s.child);
+    let line = |needle: &str| {
+        log.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{log}"))
+            .to_owned()
+    };
+    let denied = line("no rule of the route's allowed_outbound_hosts allows it");
+    let private = line("loopback, private or link-local address");
+    for (l, to) in [
+        (&denied, "http://127.0.0.1:9"),
+        (&private, "http://localhost:9"),
+    ] {
+        assert!(l.contains("WARN"), "{l}");
+        assert!(l.contains("servlet=fetch"), "{l}");
+        assert!(l.contains("request_id="), "{l}");
+        assert!(l.contains(&format!("to={to}")), "{l}");
+    }
+    assert!(!log.contains("token=abc"), "{log}");
+}

@@ -54,6 +54,15 @@ async fn rust_javascript_and_python_components_answer_real_requests() -> Result<
             )
             .await?;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{lang}");
+        // Bytes that are not UTF-8 are not JSON either.
+        let r = server
+            .send(
+                Request::post(server.url(&format!("/{lang}/sum")))
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from_static(b"\xff\xfe{}")))?,
+            )
+            .await?;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{lang}: {}", r.text());
 
         let r = server
             .get_with(&format!("/{lang}/headers"), &[("x-test", "abc 123")])

@@ -410,3 +410,43 @@ async fn the_total_timeout_holds_the_head_and_a_literal_rule_counts_anywhere() -
     );
     Ok(())
 }
+
+/// An HTTPS upstream whose certificate no root vouches for (self-signed,
+/// for 127.0.0.1): the guest gets `TLS-certificate-error`, the precise
+/// code, not `TLS-protocol-error`; a plain-HTTP port spoken to over TLS
+/// still fails (as a protocol error or a timeout, never a response).
+#[tokio::test]
+async fn an_upstream_certificate_no_root_vouches_for_is_a_certificate_error() -> Result<()> {
+    let key = rcgen::KeyPair::generate()?;
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])?.self_signed(&key)?;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![cert.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let tls_up = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = acceptor.accept(stream).await;
+            });
+        }
+    });
+    let up = upstream().await?;
+    let (_site, server) = start(&format!(
+        "allowed_outbound_hosts = [\"https://{tls_up}\", \"https://{up}\"]\noutbound_connect_timeout = \"1s\""
+    ))
+    .await?;
+    let answer = fetch(&server, &format!("https://{tls_up}/")).await?;
+    assert!(answer.contains("TlsCertificateError"), "{answer}");
+    let answer = fetch(&server, &format!("https://{up}/")).await?;
+    assert!(answer.starts_with("error: "), "{answer}");
+    Ok(())
+}

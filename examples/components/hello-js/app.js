@@ -30,7 +30,14 @@ async function handle(request) {
     return reply(200, TEXT, env.get('GREETING') ?? '');
   }
   if (request.method === 'POST') {
-    return add(await request.text());
+    // A body that is not UTF-8 text cannot be JSON: 400, as in the others.
+    let text;
+    try {
+      text = new TextDecoder('utf-8', { fatal: true }).decode(await request.arrayBuffer());
+    } catch {
+      return reply(400, TEXT, 'invalid JSON');
+    }
+    return add(text);
   }
   const name = url.searchParams.get('name') ?? 'world';
   return reply(200, TEXT, `Hello, ${name}! (${LANG})`);

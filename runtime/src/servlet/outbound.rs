@@ -30,11 +30,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
-use crate::config::{OutboundRule, ServletLimits, canonical_host};
+use crate::config::{OutboundRule, canonical_host};
+use crate::servlet::ServletInfo;
 
 /// What one servlet may reach, and how.
 #[derive(Debug)]
 pub(crate) struct Outbound {
+    /// The servlet's name, for the log.
+    servlet: String,
     rules: Vec<OutboundRule>,
     allow_private: bool,
     connect_timeout: Duration,
@@ -76,9 +79,11 @@ struct Destination {
 }
 
 impl Outbound {
-    /// The rules and limits of the servlet compiled from `file`.
-    pub(crate) fn new(limits: &ServletLimits, file: &std::path::Path) -> Outbound {
+    /// The rules and limits of `servlet`.
+    pub(crate) fn new(servlet: &ServletInfo) -> Outbound {
+        let (limits, file) = (&servlet.limits, &servlet.file);
         Outbound {
+            servlet: servlet.name.clone(),
             rules: limits.outbound.allowed_hosts.clone(),
             allow_private: limits.outbound.allow_private,
             connect_timeout: limits.outbound.connect_timeout,
@@ -177,14 +182,68 @@ impl Outbound {
         let tls = tokio::time::timeout(timeout, tls_connector().connect(name, tcp))
             .await
             .map_err(|_| Error::ConnectionTimeout)?
-            .map_err(Error::Tls)?;
+            .map_err(tls_error)?;
         Ok(Box::new(tls))
+    }
+
+    /// Sends `req` as [`Outbound::send_checked`] does, and logs why when
+    /// it is refused or fails before its response head: a refusal (the
+    /// rules, a private address, the cap) as a warning an operator acts on,
+    /// an upstream that failed as information. The destination is logged
+    /// as scheme, host and port, never its path or query (which may carry
+    /// secrets).
+    pub(crate) async fn send<B>(
+        self: &Arc<Self>,
+        req: Request<B>,
+        options: Option<RequestOptions>,
+        request_id: &str,
+    ) -> Result<
+        (
+            Response<OutboundBody>,
+            impl Future<Output = Result<(), Error>> + Send + use<B>,
+        ),
+        Error,
+    >
+    where
+        B: HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let uri = req.uri();
+        let to = format!(
+            "{}://{}:{}",
+            uri.scheme_str().unwrap_or("?"),
+            uri.host().unwrap_or("?"),
+            uri.port_u16()
+                .map_or_else(|| "default".to_owned(), |p| p.to_string())
+        );
+        let sent = self.send_checked(req, options).await;
+        if let Err(e) = &sent {
+            let servlet = &self.servlet;
+            match e {
+                Error::HttpRequestDenied | Error::HttpRequestUriInvalid => tracing::warn!(
+                    %servlet, request_id, %to,
+                    "outbound request refused: no rule of the route's allowed_outbound_hosts allows it"
+                ),
+                Error::DestinationIpProhibited => tracing::warn!(
+                    %servlet, request_id, %to,
+                    "outbound request refused: the destination is a loopback, private or link-local address (allow it with a rule naming the address, or outbound_private = true)"
+                ),
+                Error::ConnectionLimitReached => tracing::warn!(
+                    %servlet, request_id, %to,
+                    "outbound request refused: max_outbound_concurrency requests already in flight"
+                ),
+                e => {
+                    tracing::info!(%servlet, request_id, %to, error = %e, "outbound request failed")
+                }
+            }
+        }
+        sent
     }
 
     /// Sends `req` (an absolute URI) if the rules allow it. The response
     /// body ends with an error past the total timeout; the returned future
     /// drives the connection and must be polled while the body is read.
-    pub(crate) async fn send<B>(
+    async fn send_checked<B>(
         self: &Arc<Self>,
         mut req: Request<B>,
         options: Option<RequestOptions>,
@@ -337,11 +396,16 @@ impl HttpBody for OutboundBody {
 /// [`Outbound`].
 pub(crate) struct OutboundHooks {
     outbound: Arc<Outbound>,
+    /// The request being served, for the log.
+    pub(crate) request_id: String,
 }
 
 impl OutboundHooks {
     pub(crate) fn new(outbound: Arc<Outbound>) -> OutboundHooks {
-        OutboundHooks { outbound }
+        OutboundHooks {
+            outbound,
+            request_id: String::new(),
+        }
     }
 }
 
@@ -364,10 +428,31 @@ impl WasiHttpHooks for OutboundHooks {
         _io: IoFuture,
     ) -> Box<dyn Future<Output = Result<(Response<WasiBody>, IoFuture), Error>> + Send> {
         let outbound = self.outbound.clone();
+        let request_id = self.request_id.clone();
         Box::new(async move {
-            let (res, io) = outbound.send(request, options).await?;
+            let (res, io) = outbound.send(request, options, &request_id).await?;
             Ok((res.map(|b| b.boxed_unsync()), Box::new(io) as IoFuture))
         })
+    }
+}
+
+/// A failed TLS handshake as wasi:http names it: a certificate the roots
+/// do not vouch for (or for another name) is `TLS-certificate-error`, an
+/// alert from the server `TLS-alert-received`, anything else
+/// `TLS-protocol-error`.
+fn tls_error(e: io::Error) -> Error {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented) => {
+            Error::TlsCertificateError
+        }
+        Some(rustls::Error::AlertReceived(alert)) => Error::TlsAlertReceived {
+            alert_id: Some(u8::from(*alert)),
+            alert_message: Some(format!("{alert:?}")),
+        },
+        _ => Error::Tls(e),
     }
 }
 

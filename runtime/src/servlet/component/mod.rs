@@ -228,7 +228,7 @@ pub(crate) fn load(
                 .map(|(k, v)| (k.as_str(), v.as_str()))
                 .collect(),
         ),
-        outbound: Arc::new(Outbound::new(&info.limits, &info.file)),
+        outbound: Arc::new(Outbound::new(&info)),
         stores: stores.clone(),
         info,
         engine: engine.clone(),
@@ -339,6 +339,7 @@ impl Guest for ComponentGuest {
         host.head_sent = head_sent.clone();
         host.body = input.verdict.clone();
         host.request_id.clone_from(&id);
+        host.hooks.request_id.clone_from(&id);
         host.deadline = Deadline::after(self.info.limits.timeout);
         host.kv.reset();
         // The request, made into the guest's resources, and where its

@@ -86,8 +86,14 @@ pub(super) fn refusal(why: &P3Use) -> String {
             "uses the component model's async ABI (streams, futures, async functions)".to_owned()
         }
     };
+    // A build without p3 would refuse it next for that: say both at once.
+    let build = if cfg!(feature = "p3") {
+        ""
+    } else {
+        ", with a swan built with `--features p3`"
+    };
     format!(
-        "{what}, which wasmtime 48 calls experimental: set `wasi_http_p3 = true` in its `[[site.route]]` (or in `[site.servlet]` for a servlets folder) to serve it"
+        "{what}, which wasmtime 48 calls experimental: set `wasi_http_p3 = true` in its `[[site.route]]` (or in `[site.servlet]` for a servlets folder){build} to serve it"
     )
 }
 

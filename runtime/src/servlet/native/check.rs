@@ -171,10 +171,7 @@ pub(crate) fn load(
         })?;
     let guest = NativeGuest {
         pre,
-        outbound: Arc::new(crate::servlet::outbound::Outbound::new(
-            &info.limits,
-            &info.file,
-        )),
+        outbound: Arc::new(crate::servlet::outbound::Outbound::new(&info)),
         stores: stores.clone(),
         info,
         engine: engine.clone(),

@@ -58,9 +58,13 @@ async fn http_send(mut caller: Caller<'_, Host>, ptr: i32, len: i32) -> wasmtime
         return Ok(SendError::BadRequest as i32);
     };
     let outbound = host.outbound.clone();
+    let request_id = host.request.request_id.clone();
     let limit = host.info.limits.max_response_bytes;
     let result = async {
-        let (response, io) = outbound.send(request, None).await.map_err(classify)?;
+        let (response, io) = outbound
+            .send(request, None, &request_id)
+            .await
+            .map_err(classify)?;
         let io = tokio::spawn(io);
         let (parts, mut body) = response.into_parts();
         // The ABI promises 100-599; anything else upstream is a protocol
@@ -194,6 +198,9 @@ fn classify(e: wasmtime_wasi_http::Error) -> SendError {
         | E::HttpResponseTimeout => SendError::Timeout,
         E::Connect(_)
         | E::Tls(_)
+        | E::TlsCertificateError
+        | E::TlsAlertReceived { .. }
+        | E::TlsProtocolError
         | E::DnsError { .. }
         | E::ConnectionRefused
         | E::DestinationNotFound
