@@ -122,8 +122,17 @@ fn pair(
 ) -> Result<CertifiedKey, CertError> {
     let certified = CertifiedKey::new(chain, signing);
     certified.keys_match().map_err(|e| {
+        // rustls says "keys may not be consistent: KeyMismatch"; the
+        // sentence says it already, and only an unknown key needs more.
+        let why = match e {
+            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => String::new(),
+            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown) => {
+                " (the key's public half could not be compared with the certificate's)".to_owned()
+            }
+            e => format!(" ({e})"),
+        };
         CertError::Key(format!(
-            "{} does not belong to the certificate in {}: {e}",
+            "{} does not belong to the certificate in {}{why}",
             key.display(),
             cert.display()
         ))

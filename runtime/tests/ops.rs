@@ -616,7 +616,11 @@ fn stdout_is_left_to_the_access_log_and_log_changes_ask_for_a_restart() {
     )
     .expect("config");
     assert!(
-        stderr_line(&err_rx, "[log] or [admin] settings changed").is_some(),
+        stderr_line(
+            &err_rx,
+            "[log] format changed: they take effect after a restart"
+        )
+        .is_some(),
         "no restart warning"
     );
     assert_eq!(status_of(&get(&public, "/missing")), 404);
@@ -1854,14 +1858,25 @@ fn a_configuration_reload_names_refused_servlets_and_restart_settings_on_the_sta
         assert!(Instant::now() < deadline, "no configuration reload: {json}");
         std::thread::sleep(Duration::from_millis(100));
     };
+    // It went live (the rest of it serves), with a servlet refused: not
+    // "ok", not "refused" either.
     assert_eq!(entry["ok"], false, "{entry}");
+    assert_eq!(entry["applied"], true, "{entry}");
+    let page = get(&admin, "/");
+    assert!(page.contains("live in part: "), "{page}");
+    let metrics = get(&admin, "/metrics");
+    assert_eq!(
+        sample(&metrics, "swan_reloads_total", &["result=\"partial\""]),
+        Some(1.0),
+        "{metrics}"
+    );
     let detail = entry["detail"].as_str().expect("detail");
     assert!(
         detail.contains("servlets refused") && detail.contains("bad.wasm"),
         "{detail}"
     );
     assert!(
-        detail.contains("needs a restart: [log] or [admin]"),
+        detail.contains("needs a restart: [admin] ready_needs_stores"),
         "{detail}"
     );
     stop(s.child);
@@ -1999,4 +2014,66 @@ fn refused_outbound_requests_are_logged_with_why() {
         assert!(l.contains(&format!("to={to}")), "{l}");
     }
     assert!(!log.contains("token=abc"), "{log}");
+}
+
+/// A configuration saved in two writes with a pause between them (an
+/// editor or a script caught half-way) is not reported as refused: the
+/// half-written file is read again once the rest arrives, and the whole
+/// one goes live. A file that stays broken is refused as before.
+#[test]
+fn a_configuration_caught_half_written_is_read_again_not_refused() {
+    let base = "[server]\nlisten = [\"127.0.0.1:0\"]\n[admin]\nlisten = \"127.0.0.1:0\"\n";
+    let site = "[[site]]\nname = \"main\"\nroot = \"www\"\nservlets = \"servlets\"\n";
+    let dir = with_servlets(&format!("{base}{site}"));
+    let s = start(dir.path(), &[], true);
+    let admin = s.admin.clone().expect("admin");
+    let reloads = || -> Vec<serde_json::Value> {
+        let status = get(&admin, "/status.json");
+        let json: serde_json::Value = serde_json::from_str(body(&status)).expect("status JSON");
+        json["reloads"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["what"] == "configuration")
+            .cloned()
+            .collect()
+    };
+    let whole = format!(
+        "{base}{site}[[site.route]]\npath = \"/greeting/*\"\nservlet = \"servlets/who.wasm\"\n"
+    );
+    let (first, rest) = whole.split_at(whole.len() - 20);
+    let path = dir.path().join("swan.toml");
+    {
+        let mut file = std::fs::File::create(&path).expect("config");
+        file.write_all(first.as_bytes()).expect("first part");
+        file.flush().expect("flush");
+        std::thread::sleep(Duration::from_millis(300));
+        file.write_all(rest.as_bytes()).expect("the rest");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let entries = loop {
+        let entries = reloads();
+        if !entries.is_empty() {
+            break entries;
+        }
+        assert!(Instant::now() < deadline, "no configuration reload");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["ok"], true, "{entries:?}");
+    assert_eq!(status_of(&get(&s.urls[0], "/greeting/x")), 200);
+    // Broken for good: refused, once.
+    std::fs::write(&path, format!("{base}{site}[[site.route]]\npath = \"/x\n")).expect("broken");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reloads().len() < 2 {
+        assert!(Instant::now() < deadline, "the broken file was not refused");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(reloads()[0]["ok"], false);
+    let log = stop(s.child);
+    assert_eq!(
+        log.matches("configuration change refused").count(),
+        1,
+        "{log}"
+    );
 }

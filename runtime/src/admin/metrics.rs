@@ -298,6 +298,10 @@ impl Collector for Snapshot {
                     vec![("result", "refused".to_owned())],
                     o.reloads_failed.get() as f64,
                 ),
+                (
+                    vec![("result", "partial".to_owned())],
+                    o.reloads_partial.get() as f64,
+                ),
             ],
         )?;
 

@@ -121,7 +121,7 @@ pub(crate) fn json(app: &Arc<App>, readiness: &str, states: &[(String, Option<St
     let reloads: Vec<Value> = o
         .recent_reloads()
         .iter()
-        .map(|r| json!({"at": rfc3339(r.at), "what": r.what, "ok": r.ok, "detail": r.detail}))
+        .map(|r| json!({"at": rfc3339(r.at), "what": r.what, "ok": r.ok, "applied": r.applied, "detail": r.detail}))
         .collect();
     json!({
         "version": env!("CARGO_PKG_VERSION"),
@@ -337,13 +337,18 @@ pub(crate) fn html(status: &Value) -> String {
         h.push_str("<table id=reloads><tr><th>when</th><th>what</th><th>result</th></tr>");
         for r in &reloads {
             let ok = r["ok"] == Value::Bool(true);
+            let applied = r["applied"] == Value::Bool(true);
             let _ = write!(
                 h,
                 "<tr><td>{}</td><td>{}</td><td class={}>{}{}</td></tr>",
                 s(&r["at"]),
                 s(&r["what"]),
                 if ok { "ok" } else { "bad" },
-                if ok { "live" } else { "refused" },
+                match (ok, applied) {
+                    (true, _) => "live",
+                    (false, true) => "live in part",
+                    (false, false) => "refused",
+                },
                 if r["detail"].as_str().is_some_and(|d| !d.is_empty()) {
                     format!(": {}", s(&r["detail"]))
                 } else {

@@ -5,7 +5,7 @@ use anyhow::Context;
 
 use swan::{App, Config};
 
-use super::{errln, human_bytes, outln};
+use super::{errln, human_bytes, human_duration, outln};
 
 pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
     // Stores that cannot be opened are reported below, not fatal here: an
@@ -54,6 +54,11 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
             Some(v) => outln!("tls: {} (expires {})", tls.cert.display(), v.expires),
             None => outln!("tls: {}", tls.cert.display()),
         }
+        outln!(
+            "  redirect_http {}, hsts {}",
+            if tls.redirect_http { "on" } else { "off" },
+            tls.hsts.as_deref().unwrap_or("off")
+        );
     }
     match &config.admin {
         Some(admin) => {
@@ -99,10 +104,38 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
         human_bytes(s.max_header_bytes as u64)
     );
     outln!("  max_body_bytes      {}", human_bytes(s.max_body_bytes));
-    outln!("  header_read_timeout {:?}", s.header_read_timeout);
-    outln!("  keepalive_timeout   {:?}", s.keepalive_timeout);
-    outln!("  drain_grace         {:?}", s.drain_grace);
-    outln!("  drain_timeout       {:?}", s.drain_timeout);
+    outln!(
+        "  header_read_timeout {}",
+        human_duration(s.header_read_timeout)
+    );
+    outln!(
+        "  keepalive_timeout   {}",
+        human_duration(s.keepalive_timeout)
+    );
+    outln!("  drain_grace         {}", human_duration(s.drain_grace));
+    outln!("  drain_timeout       {}", human_duration(s.drain_timeout));
+    outln!("  send_timeout        {}", human_duration(s.send_timeout));
+    outln!(
+        "  body_timeout        {} (then at least {}/s)",
+        human_duration(s.body_timeout),
+        human_bytes(s.body_min_rate)
+    );
+    outln!(
+        "  mode                {}",
+        if s.development {
+            "development"
+        } else {
+            "production"
+        }
+    );
+    outln!(
+        "  request_id_header   {}",
+        if s.request_id_header {
+            "on (x-request-id)"
+        } else {
+            "off"
+        }
+    );
     outln!("  max_instances       {}", s.max_instances);
     if let Some(path) = &s.pid_file {
         outln!("  pid_file            {}", path.display());
@@ -160,16 +193,18 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
                 human_bytes(l.max_response_bytes)
             };
             outln!(
-                "  servlet {:<16} {} ({:?}, {}): memory {}, timeout {:?}, body {}, response {}, concurrency {}, reuse {}",
+                "  servlet {:<16} {} ({}, {}): memory {}, timeout {}, body {}, response {}, concurrency {}, queue_timeout {}, prewarm {}, reuse {}",
                 route.path.to_string(),
                 info.file.display(),
-                route.origin,
+                route.origin.as_str(),
                 kind,
                 human_bytes(l.max_memory),
-                l.timeout,
+                human_duration(l.timeout),
                 human_bytes(l.max_body_bytes),
                 response,
                 l.max_concurrency,
+                human_duration(l.queue_timeout),
+                l.prewarm,
                 l.reuse,
             );
             if !l.stores.is_empty() {

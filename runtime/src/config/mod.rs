@@ -73,15 +73,7 @@ impl Config {
                 Err(ConfigError::new(problems))
             };
         };
-        let source = std::fs::read_to_string(&path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::InvalidData {
-                return ConfigError::single(
-                    &path,
-                    "(file)",
-                    "the configuration file is not UTF-8 text".to_owned(),
-                    Some("TOML files are UTF-8: save it as UTF-8 (a Latin-1 or UTF-16 editor setting, or a binary file at this path)".to_owned()),
-                );
-            }
+        let bytes = std::fs::read(&path).map_err(|e| {
             let hint = if given {
                 "check the path given to --config"
             } else {
@@ -93,6 +85,23 @@ impl Config {
                 format!("cannot read the configuration file: {e}"),
                 Some(hint.to_owned()),
             )
+        })?;
+        let source = String::from_utf8(bytes).map_err(|e| {
+            // Where the first byte that is not UTF-8 is.
+            let good = e.utf8_error().valid_up_to();
+            let before = std::str::from_utf8(&e.as_bytes()[..good]).unwrap_or_default();
+            let (line, column) = reader::line_column(before, good);
+            let mut error = ConfigError::single(
+                &path,
+                "(file)",
+                format!(
+                    "the configuration file is not UTF-8 text: byte 0x{:02x} is not UTF-8",
+                    e.as_bytes().get(good).copied().unwrap_or_default()
+                ),
+                Some("TOML files are UTF-8: save it as UTF-8 (a Latin-1 or UTF-16 editor setting, or a binary file at this path)".to_owned()),
+            );
+            error.locate_first(line, column);
+            error
         })?;
         let base = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
@@ -391,6 +400,20 @@ mod tests {
             .expect("write");
         let replaced = load(&outside.path().join("swan.pid").to_string_lossy());
         assert_eq!(replaced, "(valid)");
+    }
+
+    #[test]
+    fn a_file_that_is_not_utf8_is_refused_at_its_first_bad_byte() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("swan.toml");
+        std::fs::write(&file, b"[server]\n# caf\xe9\n[[site]]\nroot = \".\"\n").expect("write");
+        let text = text(Config::load(Some(&file), &Overrides::default()));
+        assert!(
+            text.contains(
+                "swan.toml:2:6: (file): the configuration file is not UTF-8 text: byte 0xe9"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -122,7 +122,8 @@ struct Unit<T> {
     what: &'static str,
     expected: &'static str,
     hint: &'static str,
-    parse: fn(&str) -> Option<T>,
+    /// The value, or why it is not one ("is out of range ...").
+    parse: fn(&str) -> Result<T, String>,
     /// How a bare integer converts, if one is allowed.
     integer: Option<fn(u64) -> T>,
 }
@@ -182,6 +183,20 @@ impl<'a, 'i> TableReader<'a, 'i> {
     /// Span of the table, for problems about a missing key.
     pub(crate) fn span(&self) -> Range<usize> {
         self.span.clone()
+    }
+
+    /// Reports `key` missing, with `hint`, unless it is there: a value of
+    /// the wrong type was reported already, and "missing" would be false.
+    pub(crate) fn missing(&self, diag: &mut Diagnostics<'_>, key: &str, hint: impl Into<String>) {
+        if self.entries.iter().any(|(k, ..)| *k == key) {
+            return;
+        }
+        diag.error(
+            self.span(),
+            &self.key_path(key),
+            format!("missing key `{key}`"),
+            Some(hint.into()),
+        );
     }
 
     /// Takes the raw value of `key`, marking it as known.
@@ -334,7 +349,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
             Unit {
                 what: "duration",
                 expected: "a duration string",
-                hint: "write a string with a unit, from 1ms to a year: \"500ms\", \"10s\", \"2m\", \"1h\"",
+                hint: "write a string with a unit, from 1ms to a year: \"500ms\", \"10s\", \"2m\", \"1h\", \"1d\"",
                 parse: parse_duration,
                 integer: None,
             },
@@ -352,9 +367,8 @@ impl<'a, 'i> TableReader<'a, 'i> {
         let value = self.take(key)?;
         let path = self.key_path(key);
         let parsed = match (value.get_ref(), unit.integer) {
-            (DeValue::String(s), _) => {
-                (unit.parse)(s).ok_or_else(|| format!("{s:?} is not a valid {}", unit.what))
-            }
+            (DeValue::String(s), _) => (unit.parse)(s)
+                .map_err(|why| format!("{s:?} is not a valid {}: it {why}", unit.what)),
             // TOML integers are 64-bit signed: a larger one is not TOML.
             (DeValue::Integer(i), Some(from_int)) => i64::from_str_radix(i.as_str(), i.radix())
                 .ok()

@@ -41,8 +41,12 @@ pub struct ReloadEvent {
     pub at: SystemTime,
     /// What changed ("files of site main", "configuration", ...).
     pub what: String,
-    /// Whether it went live (false: refused, the previous state serves).
+    /// Whether it went live whole (false: refused, the previous state
+    /// serves, or see `applied`).
     pub ok: bool,
+    /// Whether it went live at all: a configuration reload that refused
+    /// some servlets is applied (their routes do not serve) but not `ok`.
+    pub applied: bool,
     /// Details (the refusal's reason).
     pub detail: String,
 }
@@ -102,6 +106,8 @@ pub struct Observe {
     pub reloads_ok: Counter,
     /// Reloads refused.
     pub reloads_failed: Counter,
+    /// Reloads that went live with some servlets refused.
+    pub reloads_partial: Counter,
     reloads: Mutex<VecDeque<ReloadEvent>>,
 }
 
@@ -125,6 +131,7 @@ impl Default for Observe {
             access_log: None,
             reloads_ok: Counter::default(),
             reloads_failed: Counter::default(),
+            reloads_partial: Counter::default(),
             reloads: Mutex::default(),
         }
     }
@@ -239,15 +246,27 @@ impl Observe {
         } else {
             self.reloads_failed.add(1);
         }
+        self.remember_reload(what.into(), ok, ok, detail.into());
+    }
+
+    /// A reload that went live with some of its servlets refused (their
+    /// routes do not serve): neither "ok" nor "refused".
+    pub fn reloaded_in_part(&self, what: impl Into<String>, detail: impl Into<String>) {
+        self.reloads_partial.add(1);
+        self.remember_reload(what.into(), false, true, detail.into());
+    }
+
+    fn remember_reload(&self, what: String, ok: bool, applied: bool, detail: String) {
         if let Ok(mut r) = self.reloads.lock() {
             if r.len() == RECENT_RELOADS {
                 r.pop_front();
             }
             r.push_back(ReloadEvent {
                 at: SystemTime::now(),
-                what: what.into(),
+                what,
                 ok,
-                detail: detail.into(),
+                applied,
+                detail,
             });
         }
     }

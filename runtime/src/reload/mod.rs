@@ -26,9 +26,11 @@ use std::time::{Duration, Instant};
 
 use crate::app::App;
 use crate::config::{Config, Overrides};
+use crate::file_stamp::FileStamp;
 use crate::servlet::{Change, Loader, Servlet, log_changes};
 use crate::site::{Refresh, Site, Sites};
 
+mod restart;
 mod watch;
 pub use watch::ReloadError;
 use watch::{Batch, Msg, Watched};
@@ -37,6 +39,9 @@ use watch::{Batch, Msg, Watched};
 const QUIET: Duration = Duration::from_millis(10);
 /// ... or after this long in any case (a file written continuously).
 const MAX_BATCH: Duration = Duration::from_millis(500);
+/// How long a configuration that fails to load is watched for a write
+/// still coming before its refusal is reported.
+const STILL_WRITTEN: Duration = Duration::from_millis(500);
 /// How long a module written in place (`cp`, `scp`) may stay open before
 /// it is loaded anyway: until its writer closes it, its site's servlets
 /// keep their state (a prefix of a module can be a valid module that
@@ -186,8 +191,8 @@ fn run(
             // A configuration refused leaves the sites' own changes of the
             // batch to apply under the configuration that serves.
             let config_file = source.file.as_deref();
-            let read = config_file.and_then(crate::file_stamp::FileStamp::of);
-            let reloaded = batch.config && reload_config(&app, &source);
+            let read = config_file.and_then(FileStamp::of);
+            let reloaded = batch.config && reload_config(&app, &source, read);
             // A replaced folder is watched before it is read, so nothing
             // written into it meanwhile goes unseen.
             let stale = !reloaded && watched.stale();
@@ -200,7 +205,7 @@ fn run(
                 }
                 // The configuration's new target is watched only now: one
                 // changed since it was read is read again.
-                if reloaded && config_file.and_then(crate::file_stamp::FileStamp::of) != read {
+                if reloaded && config_file.and_then(FileStamp::of) != read {
                     let _ = tx.send(Msg::Config(None));
                 }
             }
@@ -433,6 +438,24 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
     }
 }
 
+/// Whether the configuration file changes within [`STILL_WRITTEN`] of a
+/// read that failed: an editor saving in more than one write was caught
+/// half-way, and the change on its way is read again (no refusal to
+/// report for a file nobody meant).
+fn still_written(source: &ConfigSource, read: Option<FileStamp>) -> bool {
+    let Some(file) = source.file.as_deref() else {
+        return false;
+    };
+    let until = Instant::now() + STILL_WRITTEN;
+    while Instant::now() < until {
+        if FileStamp::of(file) != read {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
 /// The paths `site` routes to servlets (the keys of its route counters).
 fn route_paths(site: &Site) -> Vec<String> {
     site.servlets
@@ -442,10 +465,15 @@ fn route_paths(site: &Site) -> Vec<String> {
         .collect()
 }
 
-/// Reads the configuration again; returns whether it was applied.
-fn reload_config(app: &App, source: &ConfigSource) -> bool {
+/// Reads the configuration again; returns whether it was applied. `read`:
+/// the file's stamp when the batch began.
+fn reload_config(app: &App, source: &ConfigSource, read: Option<FileStamp>) -> bool {
     let config = match Config::load(source.file.as_deref(), &source.overrides) {
         Ok(c) => c,
+        Err(_) if still_written(source, read) => {
+            tracing::debug!("the configuration file changed while it was read: read again");
+            return false;
+        }
         Err(e) => {
             tracing::error!(
                 "configuration change refused; the previous configuration stays in force\n{e}"
@@ -456,86 +484,7 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
     };
     // What the status page's entry for this reload says besides its
     // outcome: settings left for a restart, servlets refused.
-    let mut notes: Vec<String> = Vec::new();
-    // A listener on port 0 runs on the port it was given: the same
-    // listener still, not a change.
-    let mut server = config.server.clone();
-    for (new, running) in server.listen.iter_mut().zip(&app.server.listen) {
-        if new.addr.port() == 0 && new.addr.ip() == running.addr.ip() {
-            new.addr = running.addr;
-        }
-    }
-    if server != app.server {
-        // Name the tables that changed: the TLS certificate's paths, HSTS
-        // and the trusted proxies are [server] too, and easy to expect live.
-        let (new, old) = (&server, &app.server);
-        let mut changed = Vec::new();
-        if new.tls != old.tls {
-            changed.push("[server.tls] (certificate paths, HSTS, redirect)");
-        }
-        if new.proxy != old.proxy {
-            changed.push("[server.proxy] (trusted proxies)");
-        }
-        let mut rest = new.clone();
-        rest.tls.clone_from(&old.tls);
-        rest.proxy.clone_from(&old.proxy);
-        if rest != *old {
-            changed.push("[server] (listeners, workers, limits)");
-        }
-        tracing::warn!(
-            "{} changed: they take effect after a restart; the running values stay in force (a certificate's files, not its paths, reload by themselves)",
-            changed.join(", ")
-        );
-        notes.push(format!("needs a restart: {}", changed.join(", ")));
-    }
-    if config.log != app.log || config.admin != app.admin {
-        tracing::warn!(
-            "[log] or [admin] settings changed: they take effect after a restart (SIGUSR1 reopens the access log file)"
-        );
-        notes.push("needs a restart: [log] or [admin]".to_owned());
-    }
-    if config.wants_servlets() && app.loader.is_none() {
-        tracing::warn!(
-            "servlets were added to a server started without any: restart to enable them"
-        );
-        notes.push("needs a restart: servlets added to a server started without any".to_owned());
-    }
-    if let Some(loader) = &app.loader {
-        let missing: Vec<String> = config
-            .stores_used()
-            .into_iter()
-            .filter(|name| loader.stores().get(name).is_none())
-            .collect();
-        if !missing.is_empty() {
-            tracing::warn!(
-                stores = %missing.join(", "),
-                "routes list stores that were not open at start: they answer \"denied\" until a restart opens them"
-            );
-            notes.push(format!("needs a restart: stores {}", missing.join(", ")));
-        }
-        let changed: Vec<&str> = loader
-            .stores()
-            .iter()
-            .filter(|open| {
-                config
-                    .stores
-                    .iter()
-                    .find(|c| c.name == open.name())
-                    .is_some_and(|c| c != open.config())
-            })
-            .map(|open| open.name())
-            .collect();
-        if !changed.is_empty() {
-            tracing::warn!(
-                stores = %changed.join(", "),
-                "store settings changed: they take effect after a restart; the running settings stay in force"
-            );
-            notes.push(format!(
-                "needs a restart: settings of stores {}",
-                changed.join(", ")
-            ));
-        }
-    }
+    let mut notes = restart::needs_restart(app, &config);
     let current = app.sites.load_full();
     let mut sites = Vec::new();
     // Servlets this reload refused (a broken file left from before is
@@ -579,8 +528,7 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
     }
     app.sites.store(Arc::new(Sites::new(sites)));
     tracing::info!(sites = config.sites.len(), "configuration reloaded");
-    // Refused servlets make the entry "refused", as the servlets folder's
-    // own reloads do; the rest of the configuration went live.
+    // Refused servlets make the entry "live in part": the rest went live.
     let ok = refused.is_empty();
     if !ok {
         notes.insert(0, format!("servlets refused: {}", refused.join("; ")));
@@ -589,6 +537,13 @@ fn reload_config(app: &App, source: &ConfigSource) -> bool {
         .iter()
         .flat_map(|(site, changes)| log_changes(site, changes));
     notes.splice(0..0, changes);
-    app.observe.reloaded("configuration", ok, notes.join("; "));
+    match ok {
+        true => app
+            .observe
+            .reloaded("configuration", true, notes.join("; ")),
+        false => app
+            .observe
+            .reloaded_in_part("configuration", notes.join("; ")),
+    }
     true
 }

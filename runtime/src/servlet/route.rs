@@ -40,6 +40,17 @@ pub enum RouteOrigin {
     Source,
 }
 
+impl RouteOrigin {
+    /// How `swan check` and the status page name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteOrigin::Config => "[[site.route]]",
+            RouteOrigin::Folder => "servlets folder",
+            RouteOrigin::Source => "built from source",
+        }
+    }
+}
+
 /// One route.
 #[derive(Debug, Clone)]
 pub struct Route<T = Target> {

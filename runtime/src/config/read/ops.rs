@@ -48,6 +48,9 @@ pub(super) fn listeners(
         _ => (vec![value], false),
     };
     let mut out: Vec<ListenerConfig> = Vec::new();
+    // Each listener's place in the array as written (entries that did not
+    // parse are not in `out`).
+    let mut written_at: Vec<usize> = Vec::new();
     for (n, item) in items.into_iter().enumerate() {
         let path = if in_array {
             format!("server.listen[{n}]")
@@ -71,12 +74,7 @@ pub(super) fn listeners(
                         }
                     },
                     None => {
-                        diag.error(
-                            item.span(),
-                            &l.key_path("addr"),
-                            "missing key `addr`",
-                            Some(LISTEN_HINT.to_owned()),
-                        );
+                        l.missing(diag, "addr", LISTEN_HINT);
                         None
                     }
                 };
@@ -119,6 +117,9 @@ pub(super) fn listeners(
         }
         // Two listeners on one address (or a wildcard address and another
         // on its port) could not both be bound.
+        if out.len() > before {
+            written_at.push(n);
+        }
         if out.len() > before
             && let Some(new) = out.last().map(|l| l.addr)
             && let Some(k) = out[..before].iter().position(|l| overlap(l.addr, new))
@@ -126,7 +127,10 @@ pub(super) fn listeners(
             diag.error(
                 item.span(),
                 &path,
-                format!("{new} overlaps server.listen[{k}] ({})", out[k].addr),
+                format!(
+                    "{new} overlaps server.listen[{}] ({})",
+                    written_at[k], out[k].addr
+                ),
                 Some("give each listener its own address and port".to_owned()),
             );
         }
@@ -157,13 +161,10 @@ pub(super) fn tls(
             Some(base.join(p.get_ref()))
         }
         None => {
-            diag.error(
-                t.span(),
-                &t.key_path(key),
-                format!("missing key `{key}`"),
-                Some(format!(
-                    "give the PEM file of the {what}, relative to this file"
-                )),
+            t.missing(
+                diag,
+                key,
+                format!("give the PEM file of the {what}, relative to this file"),
             );
             None
         }
@@ -245,27 +246,35 @@ pub(super) fn admin(
     diag: &mut Diagnostics<'_>,
     server: &[ListenerConfig],
 ) -> Option<AdminConfig> {
-    let (listen, span) = match t.string(diag, "listen") {
+    // A bad `listen` is reported, and the other keys are still read (and
+    // checked): not reading them would report them as unknown.
+    let listen = match t.string(diag, "listen") {
         Some(v) => match parse_listen(v.get_ref()) {
-            Ok(addr) => (addr, v.span()),
+            Ok(addr) => Some((addr, v.span())),
             Err((message, hint)) => {
                 diag.error(v.span(), &t.key_path("listen"), message, Some(hint));
-                return None;
+                None
             }
         },
-        None => (DEFAULT_ADMIN_LISTEN.parse().ok()?, t.span()),
+        None => DEFAULT_ADMIN_LISTEN
+            .parse()
+            .ok()
+            .map(|addr| (addr, t.span())),
     };
-    if let Some(k) = server.iter().position(|l| overlap(l.addr, listen)) {
+    let listen = listen.and_then(|(listen, span)| {
+        let Some(k) = server.iter().position(|l| overlap(l.addr, listen)) else {
+            return Some(listen);
+        };
         diag.error(
             span,
             &t.key_path("listen"),
-            format!("{listen} overlaps server.listen[{k}] ({})", server[k].addr),
+            format!("{listen} overlaps the server listener {}", server[k].addr),
             Some(
                 "the admin listener needs a port of its own, such as \"127.0.0.1:9090\"".to_owned(),
             ),
         );
-        return None;
-    }
+        None
+    });
     let ready_needs_stores = t.bool(diag, "ready_needs_stores").unwrap_or(true);
     let mut hosts = Vec::new();
     for h in t.strings(diag, "hosts").unwrap_or_default() {
@@ -283,7 +292,7 @@ pub(super) fn admin(
         }
     }
     Some(AdminConfig {
-        listen,
+        listen: listen?,
         ready_needs_stores,
         hosts,
     })

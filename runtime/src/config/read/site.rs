@@ -174,11 +174,10 @@ fn route(
             }
         },
         None => {
-            diag.error(
-                t.span(),
-                &t.key_path("path"),
-                "missing key `path`",
-                Some("every route needs `path = \"/api/*\"` (or an exact path)".to_owned()),
+            t.missing(
+                diag,
+                "path",
+                "every route needs `path = \"/api/*\"` (or an exact path)",
             );
             None
         }
@@ -186,11 +185,10 @@ fn route(
     let servlet = match t.string(diag, "servlet") {
         Some(s) => Some((base.join(s.get_ref()), s.span())),
         None => {
-            diag.error(
-                t.span(),
-                &t.key_path("servlet"),
-                "missing key `servlet`",
-                Some("every route needs `servlet = \"servlets/api.wasm\"`".to_owned()),
+            t.missing(
+                diag,
+                "servlet",
+                "every route needs `servlet = \"servlets/api.wasm\"`",
             );
             None
         }
@@ -267,7 +265,9 @@ pub(super) fn read(
             }
         })
         .unzip();
-    let name = match t.string(diag, "name") {
+    let written = t.string(diag, "name");
+    let name_span = written.as_ref().map(|n| n.span());
+    let name = match written {
         // A name goes into every log line of the site's requests: a
         // control character (a newline) in it would forge lines.
         Some(n) if n.get_ref().is_empty() || n.get_ref().chars().any(char::is_control) => {
@@ -305,13 +305,10 @@ pub(super) fn read(
         }
         Some(r) => Some((base.join(r.get_ref()), r.span())),
         None => {
-            diag.error(
-                t.span(),
-                &format!("{site_key}.root"),
-                "missing key `root`",
-                Some(
-                    "every site needs `root = \"www\"`: the folder of its static files".to_owned(),
-                ),
+            t.missing(
+                diag,
+                "root",
+                "every site needs `root = \"www\"`: the folder of its static files".to_owned(),
             );
             None
         }
@@ -402,6 +399,7 @@ pub(super) fn read(
     let positions = SitePositions {
         index,
         table: t.span(),
+        name: name_span,
         hosts: host_spans,
         root: Origin::File(root_span),
         servlets: servlets

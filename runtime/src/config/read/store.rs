@@ -17,7 +17,9 @@ pub(super) fn read(
     base: &Path,
     index: usize,
 ) -> Option<(StoreConfig, StorePositions)> {
-    let name = match t.string(diag, "name") {
+    let written = t.string(diag, "name");
+    let name_span = written.as_ref().map(|n| n.span());
+    let name = match written {
         Some(n) if is_store_name(n.get_ref()) => Some(n.into_inner()),
         Some(n) => {
             diag.error(
@@ -29,11 +31,10 @@ pub(super) fn read(
             None
         }
         None => {
-            diag.error(
-                t.span(),
-                &t.key_path("name"),
-                "missing key `name`",
-                Some("every store needs a name, such as `name = \"default\"`".to_owned()),
+            t.missing(
+                diag,
+                "name",
+                "every store needs a name, such as `name = \"default\"`",
             );
             None
         }
@@ -118,11 +119,10 @@ pub(super) fn read(
             None
         }
         None => {
-            diag.error(
-                t.span(),
-                &t.key_path("kind"),
-                "missing key `kind`",
-                Some("use kind = \"embedded\" (a file here) or \"redis\"".to_owned()),
+            t.missing(
+                diag,
+                "kind",
+                "use kind = \"embedded\" (a file here) or \"redis\"",
             );
             None
         }
@@ -165,6 +165,7 @@ pub(super) fn read(
     let at = StorePositions {
         index,
         table: t.span(),
+        name: name_span,
         path: path.as_ref().map(|p| p.span()),
     };
     Some((

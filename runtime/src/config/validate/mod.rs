@@ -59,6 +59,8 @@ pub(crate) struct StorePositions {
     pub(crate) index: usize,
     /// The whole `[[store]]` table.
     pub(crate) table: Range<usize>,
+    /// Its `name` value, when it has a readable one.
+    pub(crate) name: Option<Range<usize>>,
     /// Its `path`, when it has one.
     pub(crate) path: Option<Range<usize>>,
 }
@@ -70,6 +72,8 @@ pub(crate) struct SitePositions {
     pub(crate) index: usize,
     /// The whole `[[site]]` table.
     pub(crate) table: Range<usize>,
+    /// Its `name` value, when written.
+    pub(crate) name: Option<Range<usize>>,
     /// Each host name kept, in order.
     pub(crate) hosts: Vec<Range<usize>>,
     pub(crate) root: Origin,

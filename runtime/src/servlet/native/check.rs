@@ -51,7 +51,7 @@ pub enum LoadError {
     },
     /// A component imports something swan does not provide.
     #[error(
-        "{file}: imports `{missing}`, {why} (components may import WASI 0.2, `wasi:http` 0.2.x, `wasi:config/store@0.2.0-rc.1` and `wasi:keyvalue@0.2.0-draft`; WASI 0.3 and `wasi:http` 0.3.x where the route sets `wasi_http_p3`)"
+        "{file}: imports `{missing}`, {why} (components may import WASI 0.2, `wasi:http` 0.2.x, `wasi:config/store@0.2.0-rc.1`, `wasi:keyvalue@0.2.0-draft` and `swan:keyvalue/extras@0.1.0`; WASI 0.3 and `wasi:http` 0.3.x where the route sets `wasi_http_p3`)"
     )]
     ComponentImport {
         /// The file.

@@ -34,12 +34,14 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncCommands, Client, ErrorKind, RedisError, Script};
+use redis::{AsyncCommands, Client, RedisError, Script};
 
 use super::{KeyPage, StoreError};
 
 mod cursor;
+mod errors;
 use cursor::{ListCursor, escape_glob};
+use errors::{classify, refused_handshake};
 
 /// Sets `KEYS[1]` to `ARGV[3]` if its value is `ARGV[2]` (or, with
 /// `ARGV[1] == "1"`, if it is absent); 1 when set.
@@ -164,14 +166,6 @@ impl Connection {
     }
 }
 
-/// Whether `e` says Redis refused the connection's handshake (AUTH,
-/// SELECT), which a manager keeps answering without trying again.
-fn refused_handshake(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::AuthenticationFailed
-        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
-        || e.to_string().contains("refused to switch database")
-}
-
 pub(super) struct RedisStore {
     client: Client,
     name: String,
@@ -201,25 +195,6 @@ fn redis_runtime() -> Option<&'static tokio::runtime::Handle> {
             Some(handle)
         })
         .as_ref()
-}
-
-fn classify(e: RedisError) -> StoreError {
-    if e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_timeout()
-        || refused_handshake(&e)
-        // Refused for now, not for good: Redis at its `maxmemory`, loading
-        // its data, a replica after a failover, a script running.
-        || matches!(e.code(), Some("OOM" | "LOADING" | "READONLY" | "MASTERDOWN" | "BUSY"))
-    {
-        return StoreError::Unavailable(e.to_string());
-    }
-    let text = e.to_string();
-    if text.contains("not an integer") || text.contains("overflow") {
-        return StoreError::NotANumber;
-    }
-    StoreError::Other(text)
 }
 
 impl RedisStore {
