@@ -169,7 +169,9 @@ fn check_fails_when_a_servlet_is_refused_and_says_why() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("servlet /hello/*")
-            && text.contains("hello.wasm (Folder, native ABI 1): memory 64.0 MiB, timeout 5s"),
+            && text.contains(
+                "hello.wasm (servlets folder, native ABI 1): memory 64.0 MiB, timeout 5s"
+            ),
         "{text}"
     );
 }
@@ -667,7 +669,7 @@ fn check_lists_each_servlets_kind_and_outbound_rules() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        text.contains("comp.wasm (Folder, component (wasi:http/incoming-handler@0.2.12))"),
+        text.contains("comp.wasm (servlets folder, component (wasi:http/incoming-handler@0.2.12))"),
         "{text}"
     );
     assert!(

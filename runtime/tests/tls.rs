@@ -274,9 +274,9 @@ async fn https_serves_h2_and_http1_reloads_its_certificate_and_redirects_plain_h
     }
     assert!(reloaded, "the new certificate was never served");
 
-    // Plain HTTP sent to the TLS port fails that handshake only.
-    let garbage = raw(&tls, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert_eq!(status_of(&garbage), 0);
+    // Plain HTTP sent to the TLS port gets a 400 that says why.
+    let plain_to_tls = raw(&tls, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(status_of(&plain_to_tls), 400);
     // An expired pair is refused too: clients would refuse it.
     let expired = make_certs_valid(3, true);
     write_certs(dir.path(), &expired);

@@ -11,7 +11,6 @@ mod pid_file;
 pub(crate) mod serve;
 mod systemd;
 
-/// `n` bytes for people: "512 B", "1.5 MiB".
 /// A duration as `swan.toml` writes it: `0s`, `250ms`, `10s`, `1.5s`.
 pub(crate) fn human_duration(d: std::time::Duration) -> String {
     if d.is_zero() {
@@ -21,6 +20,7 @@ pub(crate) fn human_duration(d: std::time::Duration) -> String {
     }
 }
 
+/// `n` bytes for people: "512 B", "1.5 MiB".
 pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
     let mut value = n as f64;

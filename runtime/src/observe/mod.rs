@@ -7,6 +7,7 @@
 pub mod access_log;
 pub mod counters;
 mod log_line;
+pub(crate) mod throttle;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};

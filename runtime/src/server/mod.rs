@@ -34,6 +34,7 @@ use tokio_util::task::TaskTracker;
 use crate::app::App;
 use crate::clock;
 use crate::config::RuntimeModel;
+use crate::observe::throttle::Throttle;
 use crate::request::Peer;
 use watchdog::Limits;
 
@@ -341,7 +342,18 @@ async fn handshake(
             }
             Err(e) => {
                 app.observe.proxy_refused.add(1);
-                tracing::debug!(%remote, error = %e, "connection refused");
+                // A balancer left out of `trusted` has every connection
+                // refused: worth a warning, at most one per 10 s.
+                static REFUSED: Throttle = Throttle::new(Duration::from_secs(10));
+                match REFUSED.allow() {
+                    Some(more) => tracing::warn!(
+                        %remote,
+                        error = %e,
+                        more,
+                        "PROXY protocol header refused: connection closed (one such line per 10 s at most; `more` were refused since the last)"
+                    ),
+                    None => tracing::debug!(%remote, error = %e, "connection refused"),
+                }
                 return;
             }
         }
@@ -353,7 +365,9 @@ async fn handshake(
             // so, as from NGINX, not a TLS alert.
             if tokio::time::timeout_at(deadline, tls::starts_plain_http(&stream)).await == Ok(true)
             {
-                app.observe.tls_failed.add(1);
+                // A request refused before any site saw it, not a
+                // handshake that failed.
+                app.observe.heads_refused[0].add(1);
                 tracing::debug!(%remote, "plain HTTP on a TLS listener: answered 400");
                 tls::answer_plain_http(stream).await;
                 return;

@@ -31,6 +31,7 @@ use tokio::time::{Instant, Sleep};
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use crate::config::{OutboundRule, canonical_host};
+use crate::observe::throttle::Throttle;
 use crate::servlet::ServletInfo;
 
 /// What one servlet may reach, and how.
@@ -38,6 +39,10 @@ use crate::servlet::ServletInfo;
 pub(crate) struct Outbound {
     /// The servlet's name, for the log.
     servlet: String,
+    /// Refusals and failures are logged at most once a second each (a
+    /// client may make a servlet fetch what it likes, once per request).
+    refusals: Throttle,
+    failures: Throttle,
     rules: Vec<OutboundRule>,
     allow_private: bool,
     connect_timeout: Duration,
@@ -84,6 +89,8 @@ impl Outbound {
         let (limits, file) = (&servlet.limits, &servlet.file);
         Outbound {
             servlet: servlet.name.clone(),
+            refusals: Throttle::new(Duration::from_secs(1)),
+            failures: Throttle::new(Duration::from_secs(1)),
             rules: limits.outbound.allowed_hosts.clone(),
             allow_private: limits.outbound.allow_private,
             connect_timeout: limits.outbound.connect_timeout,
@@ -189,9 +196,9 @@ impl Outbound {
     /// Sends `req` as [`Outbound::send_checked`] does, and logs why when
     /// it is refused or fails before its response head: a refusal (the
     /// rules, a private address, the cap) as a warning an operator acts on,
-    /// an upstream that failed as information. The destination is logged
-    /// as scheme, host and port, never its path or query (which may carry
-    /// secrets).
+    /// an upstream that failed as information, each at most once a second
+    /// per servlet. The destination is logged as scheme, host and port,
+    /// never its path or query (which may carry secrets).
     pub(crate) async fn send<B>(
         self: &Arc<Self>,
         req: Request<B>,
@@ -218,26 +225,35 @@ impl Outbound {
         );
         let sent = self.send_checked(req, options).await;
         if let Err(e) = &sent {
-            let servlet = &self.servlet;
-            match e {
-                Error::HttpRequestDenied | Error::HttpRequestUriInvalid => tracing::warn!(
-                    %servlet, request_id, %to,
-                    "outbound request refused: no rule of the route's allowed_outbound_hosts allows it"
-                ),
-                Error::DestinationIpProhibited => tracing::warn!(
-                    %servlet, request_id, %to,
-                    "outbound request refused: the destination is a loopback, private or link-local address (allow it with a rule naming the address, or outbound_private = true)"
-                ),
-                Error::ConnectionLimitReached => tracing::warn!(
-                    %servlet, request_id, %to,
-                    "outbound request refused: max_outbound_concurrency requests already in flight"
-                ),
-                e => {
-                    tracing::info!(%servlet, request_id, %to, error = %e, "outbound request failed")
-                }
-            }
+            self.log_failure(e, &to, request_id);
         }
         sent
+    }
+
+    /// Logs why a request to `to` failed before its response head, at
+    /// most once a second for refusals and once for failures (with how
+    /// many more there were since the last line).
+    fn log_failure(&self, e: &Error, to: &str, request_id: &str) {
+        let servlet = &self.servlet;
+        let why = match e {
+            Error::HttpRequestUriInvalid => {
+                "the URL is not an absolute http or https URL with a host"
+            }
+            Error::HttpRequestDenied => "no rule of the route's allowed_outbound_hosts allows it",
+            Error::DestinationIpProhibited => {
+                "the destination is a loopback, private or link-local address (allow it with a rule naming the address, or outbound_private = true)"
+            }
+            Error::ConnectionLimitReached => "max_outbound_concurrency requests already in flight",
+            e => {
+                if let Some(more) = self.failures.allow() {
+                    tracing::info!(%servlet, request_id, %to, error = %e, more, "outbound request failed");
+                }
+                return;
+            }
+        };
+        if let Some(more) = self.refusals.allow() {
+            tracing::warn!(%servlet, request_id, %to, more, "outbound request refused: {why}");
+        }
     }
 
     /// Sends `req` (an absolute URI) if the rules allow it. The response

@@ -8,10 +8,9 @@
 //! - one request at a time tries to connect a connection; the others wait
 //!   for its outcome (within `timeout`) instead of trying in turn, and a
 //!   failed attempt is not tried again for [`RETRY_CONNECT`];
-//! - a connection lost twice within [`RETRY_CONNECT`] (Redis down after it
-//!   was up: the manager's own reconnection failed) fails the calls of the
-//!   next [`RETRY_CONNECT`] at once too; one lost connection costs only
-//!   the call that found it lost;
+//! - a call whose reconnection Redis refused (down after it was up) fails
+//!   the calls of the next [`RETRY_CONNECT`] at once too; a connection
+//!   reset while Redis is up costs only the calls that were on it;
 //! - calls on one key always take the same connection, so Redis applies
 //!   them in the order they were made: a write that timed out (and may
 //!   still be applied) can never land after a later write to its key;
@@ -88,8 +87,6 @@ struct Connection {
     failed: Mutex<Option<(Instant, String)>>,
     /// When a call last took this connection (coarse-clock ms).
     used_ms: AtomicU64,
-    /// When a call last failed because the connection was lost.
-    lost: Mutex<Option<Instant>>,
 }
 
 /// An attempt to connect in progress: if its caller stops waiting (its
@@ -136,31 +133,24 @@ impl Connection {
     /// it. A refused handshake makes the manager useless for good, so it
     /// is forgotten and made again (after [`RETRY_CONNECT`]).
     ///
-    /// A lost connection is left to the manager, which reconnects on the
-    /// next call: one dropped connection (Redis restarted, a client killed)
-    /// costs that call only. A second loss within [`RETRY_CONNECT`] means
-    /// Redis cannot be reached (the manager's reconnection failed too), and
-    /// the slot's calls then fail at once until [`RETRY_CONNECT`] has
-    /// passed, instead of each waiting for a reconnection of its own (about
-    /// 140 ms apiece while Redis is down). The manager is kept, so calls on
-    /// a key still go through one connection in order. A timeout is not a
-    /// loss: the connection may still answer, and a stall is not an outage.
+    /// A dropped connection is left to the manager, which reconnects on
+    /// the next call: a connection reset while Redis is up (Redis
+    /// restarted, a client killed, a proxy recycling connections) costs
+    /// only the calls that were on it. A call that fails because the
+    /// manager's reconnection was refused (nothing listens: Redis is down)
+    /// makes the slot's calls of the next [`RETRY_CONNECT`] fail at once,
+    /// as a failed first connect does, instead of each waiting for a
+    /// reconnection of its own (about 140 ms apiece). The manager is kept,
+    /// so calls on a key still go through one connection in order.
     fn failed(&self, e: RedisError) -> StoreError {
         let refused = refused_handshake(&e);
-        let lost = !e.is_timeout() && (e.is_connection_dropped() || e.is_connection_refusal());
+        let unreachable = e.is_connection_refusal();
         let error = classify(e);
         if refused {
             self.manager.store(None);
             self.failed_now(&error);
-        } else if lost {
-            let before = self
-                .lost
-                .lock()
-                .ok()
-                .and_then(|mut lost| lost.replace(Instant::now()));
-            if before.is_some_and(|at| at.elapsed() < RETRY_CONNECT) {
-                self.failed_now(&error);
-            }
+        } else if unreachable {
+            self.failed_now(&error);
         }
         error
     }
@@ -251,7 +241,7 @@ impl RedisStore {
         slot: &'s Connection,
     ) -> Result<(&'s Connection, ConnectionManager), StoreError> {
         // Redis was found out of reach just now (a failed connect, or a
-        // connection lost twice): fail at once, as `failed` says.
+        // refused reconnection): fail at once, as `failed` says.
         if let Some(e) = slot.recently_failed() {
             return Err(e);
         }
