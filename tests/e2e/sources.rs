@@ -71,6 +71,36 @@ async fn a_c_folder_is_built_at_start_rebuilt_on_change_and_a_broken_build_keeps
         answer(&server, "/greet").await,
         (StatusCode::OK, "C version 2".to_owned())
     );
+    // The failure is shown, not only logged: a refusal naming the folder,
+    // the compiler's first error and that the previous build serves (the
+    // status page's list, `swan check`'s exit code, the banner's count),
+    // and the reload's entry is "refused" with it.
+    let refusals: Vec<String> = server
+        .app()
+        .sites
+        .load()
+        .iter()
+        .flat_map(|s| s.servlets.refused.iter().map(|r| r.error.to_string()))
+        .collect();
+    assert!(
+        refusals.iter().any(|r| r
+            .contains("greet: the build failed (its previous build serves): ")
+            && r.contains("error")),
+        "{refusals:?}"
+    );
+    assert!(
+        eventually(WAIT, || async {
+            server
+                .app()
+                .observe
+                .recent_reloads()
+                .iter()
+                .any(|r| !r.ok && r.detail.contains("greet: the build failed"))
+        })
+        .await,
+        "{:?}",
+        server.app().observe.recent_reloads()
+    );
     // Production mode never shows compiler output.
     assert!(
         server

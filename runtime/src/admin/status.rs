@@ -70,6 +70,7 @@ pub(crate) fn json(app: &Arc<App>, readiness: &str, states: &[(String, Option<St
                     Target::BuildFailed(e) => json!({
                         "route": route.path.to_string(),
                         "build_failed": e.name,
+                        "why": e.summary(),
                     }),
                     Target::Refused(name) => json!({
                         "route": route.path.to_string(),
@@ -245,9 +246,10 @@ pub(crate) fn html(status: &Value) -> String {
                 if let Some(name) = sv["build_failed"].as_str() {
                     let _ = write!(
                         h,
-                        "<tr><td><code>{}</code></td><td colspan=9 class=bad>build of {} failed</td></tr>",
+                        "<tr><td><code>{}</code></td><td colspan=9 class=bad>build of {} failed: {}</td></tr>",
                         s(&sv["route"]),
-                        esc(name)
+                        esc(name),
+                        s(&sv["why"])
                     );
                     continue;
                 }

@@ -257,16 +257,16 @@ impl Loader {
             Tier::Optimized
         };
         let (loaded, mut refused) = self.reuse_or_compile(planned.clone(), previous, tier);
-        // Named so that they cannot be routes: refused, shown and logged
-        // like any other refusal (once, not at every reload).
-        refused.extend(listing.unroutable().map(|file| {
-            let fresh = !previous.is_some_and(|p| p.refused.iter().any(|r| r.file == file));
+        // Named so that they cannot be routes, or failing to build:
+        // refused, shown and logged like any other refusal (once, not at
+        // every reload).
+        refused.extend(listing.refusals().map(|error| {
+            let said = error.to_string();
+            let fresh = !previous.is_some_and(|p| p.refused.iter().any(|r| r.error.to_string() == said));
             Refused {
-                file: file.to_path_buf(),
-                error: Arc::new(LoadError::Name {
-                    file: file.to_path_buf(),
-                }),
-                kept_previous: false,
+                file: error.file().to_path_buf(),
+                kept_previous: matches!(error, LoadError::Build { kept_previous, .. } if kept_previous),
+                error: Arc::new(error),
                 fresh,
                 tried: None,
             }

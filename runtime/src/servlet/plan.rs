@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::info::ServletInfo;
+use super::native::LoadError;
 use super::route::RouteOrigin;
 use super::source::{self, BuildError, BuildLimits, Source, SourceStamp};
 use crate::config::{RoutePath, SiteConfig};
@@ -144,6 +145,23 @@ fn wasm_files(dir: &Path) -> Vec<(String, PathBuf)> {
 }
 
 impl Listing {
+    /// What the folder holds that cannot serve, besides modules that fail
+    /// to load: names that cannot be routes, and source folders whose last
+    /// build failed (with whether an earlier build of theirs serves).
+    pub(crate) fn refusals(&self) -> impl Iterator<Item = LoadError> + '_ {
+        let unroutable = self.unroutable().map(|file| LoadError::Name {
+            file: file.to_path_buf(),
+        });
+        let failed = self.sources.iter().filter_map(|(source, record, module)| {
+            Some(LoadError::Build {
+                file: source.dir.clone(),
+                why: record.error.as_deref()?.summary(),
+                kept_previous: module.is_some(),
+            })
+        });
+        unroutable.chain(failed)
+    }
+
     /// Files and source folders whose names cannot be routes; hidden
     /// ones (`.x.wasm`, an editor's or macOS's `._x.wasm`) are left out,
     /// as they are of the routes.

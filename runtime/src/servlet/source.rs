@@ -48,6 +48,24 @@ pub struct BuildError {
     pub output: String,
 }
 
+impl BuildError {
+    /// One line for the log and the status page: the compiler's first
+    /// error, else the output's last line (a timeout, a missing tool),
+    /// at most 300 characters.
+    pub fn summary(&self) -> String {
+        let lines = || self.output.lines().map(str::trim).filter(|l| !l.is_empty());
+        let line = lines()
+            .find(|l| l.contains("error"))
+            .or_else(|| lines().next_back())
+            .unwrap_or("no output");
+        let mut short: String = line.chars().take(300).collect();
+        if short.len() < line.len() {
+            short.push('…');
+        }
+        short
+    }
+}
+
 /// The folder of a servlets folder that holds build output (Cargo's and
 /// swan's): never a servlet's source, never watched.
 pub const BUILD_FOLDER: &str = "target";

@@ -72,6 +72,16 @@ pub enum LoadError {
         /// The file (or source folder).
         file: PathBuf,
     },
+    /// A source folder did not build.
+    #[error("{file}: the build failed{}: {why}", if *.kept_previous { " (its previous build serves)" } else { "" })]
+    Build {
+        /// The source folder.
+        file: PathBuf,
+        /// The compiler's first error, or why the build stopped.
+        why: String,
+        /// An earlier build of it still serves.
+        kept_previous: bool,
+    },
     /// A required export is missing or has the wrong type.
     #[error("{file}: {problem}")]
     Export {
@@ -135,6 +145,7 @@ impl LoadError {
             | LoadError::ComponentImport { file, .. }
             | LoadError::Export { file, .. }
             | LoadError::Name { file }
+            | LoadError::Build { file, .. }
             | LoadError::AbiVersion { file, .. }
             | LoadError::Busy { file, .. }
             | LoadError::Instantiate { file, .. } => file,
