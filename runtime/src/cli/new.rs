@@ -115,7 +115,7 @@ fn check_name(name: &str) -> anyhow::Result<()> {
         chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
     if !first_ok || !rest_ok || name.len() > 64 {
         return Err(Refused(format!(
-            "invalid servlet name {name:?}: use a lower-case letter, then lower-case letters, digits, '-' or '_' (it becomes the route /{name})"
+            "invalid servlet name {name:?}: use a lower-case letter, then lower-case letters, digits, '-' or '_', 64 characters at most (it becomes the route /{name})"
         ))
         .into());
     }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use super::native::{self, LoadError};
 use super::plan::{self, BuildRecord, Listing, Planned, PlannedTarget};
 use super::pool::InstancePool;
+use super::progress::Progress;
 use super::route::{Route, RouteTable, Target};
 use super::source::{BuildError, BuildLimits};
 use super::{Pool, component};
@@ -358,7 +359,10 @@ impl Loader {
             })
             .collect();
         // Each module compiles independently: use every core.
+        let compiles = steps.iter().filter(|(_, s)| matches!(s, Step::Compile(..)));
+        let progress = Progress::new(compiles.count());
         std::thread::scope(|scope| {
+            scope.spawn(|| progress.log_until_done());
             let outcomes: Vec<_> = steps
                 .into_iter()
                 .map(|(path, step)| match step {
@@ -367,7 +371,9 @@ impl Loader {
                         let counting = old.as_ref().map_or(Counting::Fresh, |o| {
                             Counting::Replacing(o.servlet.stats.clone())
                         });
+                        let progress = &progress;
                         let handle = scope.spawn(move || {
+                            let _ended = progress.started();
                             let started = std::time::Instant::now();
                             let file = info.file.clone();
                             let loaded = self.load_counting(*info, tier, counting);

@@ -31,6 +31,7 @@ mod outbound;
 mod output;
 mod plan;
 mod pool;
+mod progress;
 mod route;
 mod source;
 pub mod stats;
