@@ -221,7 +221,11 @@ impl Outbound {
             uri.scheme_str().unwrap_or("?"),
             uri.host().unwrap_or("?"),
             uri.port_u16()
-                .map_or_else(|| "default".to_owned(), |p| p.to_string())
+                .unwrap_or(if uri.scheme_str() == Some("https") {
+                    443
+                } else {
+                    80
+                })
         );
         let sent = self.send_checked(req, options).await;
         if let Err(e) = &sent {

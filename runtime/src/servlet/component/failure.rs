@@ -78,7 +78,11 @@ impl ComponentGuest {
         match code {
             GuestCode::BodyTooLarge => RequestError::PayloadTooLarge,
             GuestCode::Timeout => RequestError::ServletTimeout,
-            GuestCode::Other(_) => RequestError::fault(format!("answered the error code {detail}")),
+            GuestCode::Other(_) => {
+                // A 500 the operator should see the reason of, as for a trap.
+                tracing::warn!(servlet = %self.info.name, request_id = %id, code = detail, "component answered with an error code: 500");
+                RequestError::fault(format!("answered the error code {detail}"))
+            }
         }
     }
 }
