@@ -132,6 +132,38 @@ async fn in_development_mode_a_failed_build_shows_the_compiler_errors() -> Resul
         })
         .await
     );
+    // Refused with the compiler's first error, and not "its previous
+    // build serves": in development mode the route shows the errors.
+    let refusals: Vec<String> = server
+        .app()
+        .sites
+        .load()
+        .iter()
+        .flat_map(|s| s.servlets.refused.iter().map(|r| r.error.to_string()))
+        .collect();
+    assert!(
+        refusals.iter().any(|r| r.contains("page: the build failed: ")
+            && r.contains("error")
+            && r.contains("undefined_thing")),
+        "{refusals:?}"
+    );
+    // Broken again, saying the same: a new failure all the same (a
+    // "refused" reload entry each time, not an old one left unsaid).
+    let refused_reloads = || {
+        server
+            .app()
+            .observe
+            .recent_reloads()
+            .iter()
+            .filter(|r| !r.ok && r.detail.contains("page: the build failed"))
+            .count()
+    };
+    let before = refused_reloads();
+    site.file(
+        "servlets/page/main.c",
+        "int main(void) { return undefined_thing; }\n/* edited */\n",
+    )?;
+    assert!(eventually(WAIT, || async { refused_reloads() > before }).await);
     site.file("servlets/page/main.c", c_source("repaired"))?;
     assert!(
         eventually(WAIT, || async {

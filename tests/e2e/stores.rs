@@ -622,7 +622,7 @@ async fn one_broken_redis_connection_fails_every_ping() -> Result<()> {
 /// quickly, instead of each waiting for a reconnection of its own (about
 /// 140 ms apiece before); they work again once Redis is back. A connection
 /// reset while Redis is up (a killed client) costs at most the calls that
-/// were on it, also with many calls on it at once.
+/// find it reset, also many at once.
 #[tokio::test]
 async fn calls_during_a_redis_outage_fail_at_once_and_one_drop_costs_one_call() -> Result<()> {
     let mut server = RedisServer::start()?;
@@ -640,8 +640,10 @@ async fn calls_during_a_redis_outage_fail_at_once_and_one_drop_costs_one_call() 
         }
     }
     assert!(failed <= 1, "{failed} of 10 calls failed after one drop");
-    // Again with 16 calls in flight on the connection when it is reset:
-    // they may fail, and the calls after them work (no second of refusals).
+    // Again with 16 calls at once on a connection just reset (they start
+    // after the kill: this test's runtime runs them when it awaits): they
+    // may all fail as dropped, and the calls after them work (no second of
+    // refusals).
     let mut waiting = Vec::new();
     for _ in 0..16 {
         let store = store.clone();

@@ -261,9 +261,11 @@ impl Loader {
         // Named so that they cannot be routes, or failing to build:
         // refused, shown and logged like any other refusal (once, not at
         // every reload).
-        refused.extend(listing.refusals().map(|error| {
+        let refusals = listing.refusals(self.development, previous.map(|p| &p.builds));
+        refused.extend(refusals.map(|(error, fresh)| {
             let said = error.to_string();
-            let fresh = !previous.is_some_and(|p| p.refused.iter().any(|r| r.error.to_string() == said));
+            let known = || previous.is_some_and(|p| p.refused.iter().any(|r| r.error.to_string() == said));
+            let fresh = fresh.unwrap_or_else(|| !known());
             Refused {
                 file: error.file().to_path_buf(),
                 kept_previous: matches!(error, LoadError::Build { kept_previous, .. } if kept_previous),
@@ -363,6 +365,7 @@ impl Loader {
         let progress = Progress::new(compiles.count());
         std::thread::scope(|scope| {
             scope.spawn(|| progress.log_until_done());
+            let _over = progress.waiting();
             let outcomes: Vec<_> = steps
                 .into_iter()
                 .map(|(path, step)| match step {

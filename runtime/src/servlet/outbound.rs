@@ -39,9 +39,10 @@ use crate::servlet::ServletInfo;
 pub(crate) struct Outbound {
     /// The servlet's name, for the log.
     servlet: String,
-    /// Refusals and failures are logged at most once a second each (a
-    /// client may make a servlet fetch what it likes, once per request).
-    refusals: Throttle,
+    /// Refusals (one per reason: a frequent one must not hide a rare one)
+    /// and failures are logged at most once a second each (a client may
+    /// make a servlet fetch what it likes, once per request).
+    refusals: [Throttle; 4],
     failures: Throttle,
     rules: Vec<OutboundRule>,
     allow_private: bool,
@@ -89,7 +90,7 @@ impl Outbound {
         let (limits, file) = (&servlet.limits, &servlet.file);
         Outbound {
             servlet: servlet.name.clone(),
-            refusals: Throttle::new(Duration::from_secs(1)),
+            refusals: [const { Throttle::new(Duration::from_secs(1)) }; 4],
             failures: Throttle::new(Duration::from_secs(1)),
             rules: limits.outbound.allowed_hosts.clone(),
             allow_private: limits.outbound.allow_private,
@@ -239,15 +240,21 @@ impl Outbound {
     /// many more there were since the last line).
     fn log_failure(&self, e: &Error, to: &str, request_id: &str) {
         let servlet = &self.servlet;
-        let why = match e {
-            Error::HttpRequestUriInvalid => {
-                "the URL is not an absolute http or https URL with a host"
+        let (kind, why) = match e {
+            Error::HttpRequestUriInvalid => (
+                0,
+                "the URL is not an absolute http or https URL with a host",
+            ),
+            Error::HttpRequestDenied => {
+                (1, "no rule of the route's allowed_outbound_hosts allows it")
             }
-            Error::HttpRequestDenied => "no rule of the route's allowed_outbound_hosts allows it",
-            Error::DestinationIpProhibited => {
-                "the destination is a loopback, private or link-local address (allow it with a rule naming the address, or outbound_private = true)"
+            Error::DestinationIpProhibited => (
+                2,
+                "the destination is a loopback, private or link-local address (allow it with a rule naming the address, or outbound_private = true)",
+            ),
+            Error::ConnectionLimitReached => {
+                (3, "max_outbound_concurrency requests already in flight")
             }
-            Error::ConnectionLimitReached => "max_outbound_concurrency requests already in flight",
             e => {
                 if let Some(more) = self.failures.allow() {
                     tracing::info!(%servlet, request_id, %to, error = %e, more, "outbound request failed");
@@ -255,7 +262,7 @@ impl Outbound {
                 return;
             }
         };
-        if let Some(more) = self.refusals.allow() {
+        if let Some(more) = self.refusals[kind].allow() {
             tracing::warn!(%servlet, request_id, %to, more, "outbound request refused: {why}");
         }
     }

@@ -147,18 +147,38 @@ fn wasm_files(dir: &Path) -> Vec<(String, PathBuf)> {
 impl Listing {
     /// What the folder holds that cannot serve, besides modules that fail
     /// to load: names that cannot be routes, and source folders whose last
-    /// build failed (with whether an earlier build of theirs serves).
-    pub(crate) fn refusals(&self) -> impl Iterator<Item = LoadError> + '_ {
-        let unroutable = self.unroutable().map(|file| LoadError::Name {
-            file: file.to_path_buf(),
+    /// build failed (with whether an earlier build of theirs serves: not
+    /// in development mode, where the route shows the compiler's output).
+    /// Each with whether it is news against `previous` (the builds of the
+    /// listing before): a build that ran again and failed is, whatever it
+    /// said; `None` where only the refusal's text can tell.
+    pub(crate) fn refusals<'a>(
+        &'a self,
+        development: bool,
+        previous: Option<&'a HashMap<String, BuildRecord>>,
+    ) -> impl Iterator<Item = (LoadError, Option<bool>)> + 'a {
+        let unroutable = self.unroutable().map(|file| {
+            let error = LoadError::Name {
+                file: file.to_path_buf(),
+            };
+            (error, None)
         });
-        let failed = self.sources.iter().filter_map(|(source, record, module)| {
-            Some(LoadError::Build {
-                file: source.dir.clone(),
-                why: record.error.as_deref()?.summary(),
-                kept_previous: module.is_some(),
-            })
-        });
+        let failed = self
+            .sources
+            .iter()
+            .filter_map(move |(source, record, module)| {
+                let error = record.error.as_ref()?;
+                let before = previous
+                    .and_then(|p| p.get(&source.name))
+                    .and_then(|r| r.error.as_ref());
+                let fresh = !before.is_some_and(|b| Arc::ptr_eq(b, error));
+                let refusal = LoadError::Build {
+                    file: source.dir.clone(),
+                    why: error.summary(),
+                    kept_previous: !development && module.is_some(),
+                };
+                Some((refusal, Some(fresh)))
+            });
         unroutable.chain(failed)
     }
 

@@ -48,14 +48,57 @@ pub struct BuildError {
     pub output: String,
 }
 
+#[cfg(test)]
+mod summary_tests {
+    use super::BuildError;
+
+    fn summary(output: &str) -> String {
+        BuildError {
+            name: "x".to_owned(),
+            output: output.to_owned(),
+        }
+        .summary()
+    }
+
+    #[test]
+    fn the_summary_is_the_first_real_error_or_the_kill() {
+        assert_eq!(
+            summary(
+                "   Compiling thiserror v2.0.1\nwarning: unused import: `std::error::Error`\nerror[E0425]: cannot find value `x`\n --> src/lib.rs:3:5\n"
+            ),
+            "error[E0425]: cannot find value `x`"
+        );
+        assert_eq!(
+            summary("main.c:1:13: error: expected parameter declarator\n1 error generated.\n"),
+            "main.c:1:13: error: expected parameter declarator"
+        );
+        assert_eq!(
+            summary("error: something\nbuild killed after 8s (build_timeout)\n"),
+            "build killed after 8s (build_timeout)"
+        );
+        assert_eq!(
+            summary("clang not found; install it"),
+            "clang not found; install it"
+        );
+    }
+}
+
 impl BuildError {
-    /// One line for the log and the status page: the compiler's first
-    /// error, else the output's last line (a timeout, a missing tool),
-    /// at most 300 characters.
+    /// One line for the log and the status page: why the build was
+    /// killed (a timeout), else the compiler's first error (a line that
+    /// starts with `error` or says `: error`, as rustc, clang, Zig and
+    /// AssemblyScript write them; not `Compiling thiserror` or a warning
+    /// that mentions an error type), else the output's last line (a
+    /// missing tool), at most 300 characters.
     pub fn summary(&self) -> String {
         let lines = || self.output.lines().map(str::trim).filter(|l| !l.is_empty());
+        let is_error = |l: &&str| {
+            let lower = l.to_ascii_lowercase();
+            lower.starts_with("error") || lower.contains(": error")
+        };
         let line = lines()
-            .find(|l| l.contains("error"))
+            .find(|l| l.starts_with("build killed"))
+            .or_else(|| lines().find(is_error))
             .or_else(|| lines().next_back())
             .unwrap_or("no output");
         let mut short: String = line.chars().take(300).collect();
@@ -206,7 +249,13 @@ pub(crate) fn build(
     std::fs::create_dir_all(&out)
         .map_err(|e| fail(format!("cannot create {}: {e}", out.display())))?;
     let target = out.join(format!("{}.wasm", source.name));
-    let staging = out.join(format!("{}.wasm.building", source.name));
+    // Per process: `swan check` building beside a running server must not
+    // rename the server's half-built file, nor the server its.
+    let staging = out.join(format!(
+        "{}.wasm.building-{}",
+        source.name,
+        std::process::id()
+    ));
     tracing::info!(servlet = %source.name, dir = %source.dir.display(), kind = ?source.kind, "building servlet");
     let started = Instant::now();
     let built = build_with(source, servlets, &out, &staging, limits).map_err(fail)?;
