@@ -27,6 +27,10 @@ impl Throttle {
 
     /// `Some(held back since the last one)` when this event may be logged.
     pub(crate) fn allow(&self) -> Option<u64> {
+        // The coarse clock runs once a server started it; started here
+        // too, so a throttle used without one does not stop at its first
+        // event for good.
+        crate::clock::start();
         self.allow_at(crate::clock::now_ms())
     }
 
