@@ -71,14 +71,6 @@ impl ConfigError {
         }])
     }
 
-    /// Puts the first problem at `line` and `column` (1-based).
-    pub(crate) fn locate_first(&mut self, line: usize, column: usize) {
-        if let Some(first) = self.problems.first_mut() {
-            first.line = line;
-            first.column = column;
-        }
-    }
-
     /// Every problem, in the order found.
     pub fn problems(&self) -> &[Problem] {
         &self.problems

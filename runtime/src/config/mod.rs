@@ -87,12 +87,13 @@ impl Config {
             )
         })?;
         let source = String::from_utf8(bytes).map_err(|e| {
-            // Where the first byte that is not UTF-8 is.
+            // Located at the first byte that is not UTF-8, in the text
+            // before it.
             let good = e.utf8_error().valid_up_to();
             let before = std::str::from_utf8(&e.as_bytes()[..good]).unwrap_or_default();
-            let (line, column) = reader::line_column(before, good);
-            let mut error = ConfigError::single(
-                &path,
+            let mut diag = Diagnostics::new(&path, before);
+            diag.error(
+                good..good,
                 "(file)",
                 format!(
                     "the configuration file is not UTF-8 text: byte 0x{:02x} is not UTF-8",
@@ -100,8 +101,7 @@ impl Config {
                 ),
                 Some("TOML files are UTF-8: save it as UTF-8 (a Latin-1 or UTF-16 editor setting, or a binary file at this path)".to_owned()),
             );
-            error.locate_first(line, column);
-            error
+            diag.into_error()
         })?;
         let base = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,

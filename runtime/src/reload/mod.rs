@@ -537,13 +537,12 @@ fn reload_config(app: &App, source: &ConfigSource, read: Option<FileStamp>) -> b
         .iter()
         .flat_map(|(site, changes)| log_changes(site, changes));
     notes.splice(0..0, changes);
-    match ok {
-        true => app
-            .observe
-            .reloaded("configuration", true, notes.join("; ")),
-        false => app
-            .observe
-            .reloaded_in_part("configuration", notes.join("; ")),
+    if ok {
+        app.observe
+            .reloaded("configuration", true, notes.join("; "));
+    } else {
+        app.observe
+            .reloaded_in_part("configuration", notes.join("; "));
     }
     true
 }

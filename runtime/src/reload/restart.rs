@@ -25,11 +25,7 @@ pub(super) fn needs_restart(app: &App, config: &Config) -> Vec<String> {
         // and the trusted proxies are [server] too, and easy to expect live.
         let (new, old) = (&server, &app.server);
         let mut changed = Vec::new();
-        match (&new.tls, &old.tls) {
-            (Some(n), Some(o)) if n != o => changed.push(keys("[server.tls]", n, o)),
-            (n, o) if n != o => changed.push("[server.tls]".to_owned()),
-            _ => {}
-        }
+        changed.extend(optional_keys("[server.tls]", &new.tls, &old.tls));
         if new.proxy != old.proxy {
             changed.push(keys("[server.proxy]", &new.proxy, &old.proxy));
         }
@@ -49,11 +45,7 @@ pub(super) fn needs_restart(app: &App, config: &Config) -> Vec<String> {
     if config.log != app.log {
         changed.push(keys("[log]", &config.log, &app.log));
     }
-    match (&config.admin, &app.admin) {
-        (Some(n), Some(o)) if n != o => changed.push(keys("[admin]", n, o)),
-        (n, o) if n != o => changed.push("[admin]".to_owned()),
-        _ => {}
-    }
+    changed.extend(optional_keys("[admin]", &config.admin, &app.admin));
     if !changed.is_empty() {
         tracing::warn!(
             "{} changed: they take effect after a restart (SIGUSR1 reopens the access log file)",
@@ -114,6 +106,19 @@ fn keys<T: Debug>(table: &str, new: &T, old: &T) -> String {
         table.to_owned()
     } else {
         format!("{table} {}", fields.join(", "))
+    }
+}
+
+/// [`keys`] for a table that may be absent: `None` when unchanged, the
+/// table alone when it was added or removed.
+fn optional_keys<T: Debug + PartialEq>(
+    table: &str,
+    new: &Option<T>,
+    old: &Option<T>,
+) -> Option<String> {
+    match (new, old) {
+        (Some(n), Some(o)) => (n != o).then(|| keys(table, n, o)),
+        (n, o) => (n.is_some() != o.is_some()).then(|| table.to_owned()),
     }
 }
 

@@ -263,8 +263,7 @@ impl Loader {
         // every reload).
         let refusals = listing.refusals(self.development, previous.map(|p| &p.builds));
         refused.extend(refusals.map(|(error, fresh)| {
-            let said = error.to_string();
-            let known = || previous.is_some_and(|p| p.refused.iter().any(|r| r.error.to_string() == said));
+            let known = || previous.is_some_and(|p| p.refused.iter().any(|r| r.file == error.file()));
             let fresh = fresh.unwrap_or_else(|| !known());
             Refused {
                 file: error.file().to_path_buf(),
@@ -364,7 +363,9 @@ impl Loader {
         let compiles = steps.iter().filter(|(_, s)| matches!(s, Step::Compile(..)));
         let progress = Progress::new(compiles.count());
         std::thread::scope(|scope| {
-            scope.spawn(|| progress.log_until_done());
+            if progress.any() {
+                scope.spawn(|| progress.log_until_done());
+            }
             let _over = progress.waiting();
             let outcomes: Vec<_> = steps
                 .into_iter()

@@ -423,7 +423,8 @@ impl HttpBody for OutboundBody {
 /// [`Outbound`].
 pub(crate) struct OutboundHooks {
     outbound: Arc<Outbound>,
-    /// The request being served, for the log.
+    /// The request being served, for the log (the instance's output lines
+    /// read it here too).
     pub(crate) request_id: String,
 }
 

@@ -151,7 +151,7 @@ impl Listing {
     /// in development mode, where the route shows the compiler's output).
     /// Each with whether it is news against `previous` (the builds of the
     /// listing before): a build that ran again and failed is, whatever it
-    /// said; `None` where only the refusal's text can tell.
+    /// said; `None` for a name, news unless that file was refused before.
     pub(crate) fn refusals<'a>(
         &'a self,
         development: bool,

@@ -56,6 +56,11 @@ impl Progress {
         }
     }
 
+    /// Whether there is anything to compile (and so to report).
+    pub(super) fn any(&self) -> bool {
+        self.total > 0
+    }
+
     /// Held by a compile for as long as it runs.
     pub(super) fn started(&self) -> Ended<'_> {
         Ended(self)

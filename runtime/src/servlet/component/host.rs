@@ -52,8 +52,6 @@ pub(crate) struct ComponentHost {
     pub(crate) body: Arc<super::BodyVerdict>,
     pub(crate) stdout: GuestOutput,
     pub(crate) stderr: GuestOutput,
-    /// The request id, for the output's log lines.
-    pub(crate) request_id: String,
     _ticket: InstanceTicket,
 }
 
@@ -104,14 +102,15 @@ impl ComponentHost {
             body: Arc::default(),
             stdout,
             stderr,
-            request_id: String::new(),
             _ticket: ticket,
         }
     }
 
     /// Logs what the guest printed during this request.
     pub(crate) fn flush_output(&mut self) {
-        let (name, id) = (&self.info.name, &self.request_id);
+        // The request's id is kept once, by the hooks (outbound requests
+        // log it too).
+        let (name, id) = (&self.info.name, &self.hooks.request_id);
         self.stdout.log(name, id, "stdout");
         self.stderr.log(name, id, "stderr");
     }

@@ -338,7 +338,6 @@ impl Guest for ComponentGuest {
         let host = instance.store.data_mut();
         host.head_sent = head_sent.clone();
         host.body = input.verdict.clone();
-        host.request_id.clone_from(&id);
         host.hooks.request_id.clone_from(&id);
         host.deadline = Deadline::after(self.info.limits.timeout);
         host.kv.reset();
