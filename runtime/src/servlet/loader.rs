@@ -258,9 +258,8 @@ impl Loader {
             Tier::Optimized
         };
         let (loaded, mut refused) = self.reuse_or_compile(planned.clone(), previous, tier);
-        // Named so that they cannot be routes, or failing to build:
-        // refused, shown and logged like any other refusal (once, not at
-        // every reload).
+        // Unroutable names and failed builds: refused, shown and logged
+        // like any other refusal (once, not at every reload).
         let refusals = listing.refusals(self.development, previous.map(|p| &p.builds));
         refused.extend(refusals.map(|(error, fresh)| {
             let known = || previous.is_some_and(|p| p.refused.iter().any(|r| r.file == error.file()));
