@@ -210,6 +210,24 @@ async fn a_rust_crate_folder_is_built_and_its_compile_errors_shown_in_developmen
         answer(&server, "/rusty").await,
         (StatusCode::OK, "from rust source".to_owned())
     );
+    // The build wrote Cargo.lock into the folder: that is not an edit, so
+    // the next reload (a C folder added) builds the C folder only.
+    use std::os::unix::fs::MetadataExt;
+    let built = site.path().join("servlets/target/swan/rusty.wasm");
+    let first = std::fs::metadata(&built)?.ino();
+    assert!(site.path().join("servlets/rusty/Cargo.lock").is_file());
+    site.file("servlets/greet/main.c", c_source("C beside Rust"))?;
+    assert!(
+        eventually(WAIT, || async {
+            answer(&server, "/greet").await == (StatusCode::OK, "C beside Rust".to_owned())
+        })
+        .await
+    );
+    assert_eq!(
+        std::fs::metadata(&built)?.ino(),
+        first,
+        "rebuilt for its Cargo.lock"
+    );
     site.file(
         "servlets/rusty/src/lib.rs",
         lib("Response::text(not_defined_anywhere)"),

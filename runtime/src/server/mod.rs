@@ -340,6 +340,10 @@ async fn handshake(
                 peer.client = client.addr;
                 peer.tls |= client.tls;
             }
+            Err(proxy_protocol::ProxyError::Closed) => {
+                tracing::debug!(%remote, "closed before its PROXY header (a TCP health check)");
+                return;
+            }
             Err(e) => {
                 app.observe.proxy_refused.add(1);
                 // A balancer left out of `trusted` has every connection

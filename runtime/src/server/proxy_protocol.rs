@@ -34,6 +34,10 @@ pub(crate) enum ProxyError {
     /// It did not arrive within the header read timeout.
     #[error("no PROXY header in time")]
     Timeout,
+    /// The peer closed before sending a byte: a TCP health check, not a
+    /// refusal worth a warning.
+    #[error("closed before sending anything")]
+    Closed,
     /// The connection failed.
     #[error(transparent)]
     Io(#[from] io::Error),
@@ -72,6 +76,11 @@ pub(crate) async fn read_header(
 
 /// The header's bytes, and not one more.
 async fn read_bytes(stream: &mut TcpStream) -> Result<Vec<u8>, ProxyError> {
+    match stream.peek(&mut [0u8; 1]).await {
+        Ok(0) => return Err(ProxyError::Closed),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Err(ProxyError::Closed),
+        Ok(_) | Err(_) => {}
+    }
     let mut header = vec![0u8; 12];
     stream.read_exact(&mut header).await?;
     if header == V2_SIGNATURE {

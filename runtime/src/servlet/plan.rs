@@ -74,14 +74,17 @@ pub(crate) fn list(
             let before = previous.and_then(|p| p.get(&source.name));
             let mut record = match before {
                 Some(r) if r.stamp == stamp => r.clone(),
-                _ => BuildRecord {
-                    stamp,
-                    error: source::build(&source, dir, limits).err().map(|e| {
+                _ => {
+                    let error = source::build(&source, dir, limits).err().map(|e| {
                         tracing::error!(servlet = %source.name, "build failed: in development mode its route answers with the compiler's output, else the previous version (if any) keeps serving");
                         Arc::new(e)
-                    }),
-                    shadows: before.is_some_and(|r| r.shadows),
-                },
+                    });
+                    BuildRecord {
+                        stamp: stamp.after_build(&source.dir),
+                        error,
+                        shadows: before.is_some_and(|r| r.shadows),
+                    }
+                }
             };
             // Said once, not at every reload while both stay.
             let shadows = wasm.iter().any(|(name, _)| *name == source.name);
@@ -293,6 +296,28 @@ mod tests {
     use super::*;
     use crate::config::{RouteConfig, ServletLimits};
     use crate::servlet::source::SourceKind;
+
+    #[test]
+    fn a_lockfile_its_build_wrote_does_not_mark_a_folder_changed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text);
+        write("Cargo.toml", "[package]").expect("write");
+        let before = source::stamp(dir.path());
+        // The build writes Cargo.lock: remembered as the build left it.
+        write("Cargo.lock", "# lock").expect("write");
+        let after = before.after_build(dir.path());
+        assert_ne!(after, before);
+        assert_eq!(after, source::stamp(dir.path()));
+        // A source edited during the build: the stamp from before it is
+        // kept, so the next reload builds the edit.
+        let before = source::stamp(dir.path());
+        write("Cargo.toml", "[package]\nname = \"x\"").expect("write");
+        assert_eq!(before.after_build(dir.path()), before);
+        // A lockfile changed later (`cargo update`) is a change.
+        let built = source::stamp(dir.path());
+        write("Cargo.lock", "# lock, updated").expect("write");
+        assert_ne!(source::stamp(dir.path()), built);
+    }
 
     #[test]
     fn url_segments() {

@@ -149,10 +149,19 @@ fn c_files(dir: &Path) -> impl Iterator<Item = PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "c"))
 }
 
-/// A summary of a source folder's files (count, total size, newest
-/// modification), so a reload rebuilds only folders whose sources changed.
+/// A summary of a source folder's files, so a reload rebuilds only
+/// folders whose sources changed. Lockfiles are summed apart: a build may
+/// write one (`cargo build` makes `Cargo.lock`), and must not make its
+/// folder look changed ([`SourceStamp::after_build`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct SourceStamp {
+    sources: FilesStamp,
+    locks: FilesStamp,
+}
+
+/// Some files' count, total size and newest modification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct FilesStamp {
     files: u64,
     bytes: u64,
     newest_ns: u128,
@@ -160,6 +169,40 @@ pub(crate) struct SourceStamp {
     /// one of the same size with an older date (`cp -p`, `rsync -a`,
     /// `tar x`) changes it, where it changes neither of the others.
     identities: u64,
+}
+
+impl FilesStamp {
+    fn add(&mut self, file: FileStamp) {
+        self.files += 1;
+        self.bytes += file.len;
+        self.newest_ns = self.newest_ns.max(file.mtime_ns);
+        self.identities = self.identities.wrapping_add(file.identity_bits());
+    }
+}
+
+/// Files a language's build tool writes beside the sources.
+const LOCKFILES: [&str; 5] = [
+    "Cargo.lock",
+    "package-lock.json",
+    "go.sum",
+    "yarn.lock",
+    "pnpm-lock.yaml",
+];
+
+impl SourceStamp {
+    /// The stamp to remember for a folder stamped `self` before its build:
+    /// the folder as the build left it, if only its lockfiles changed
+    /// meanwhile (so the next reload does not build it again for the
+    /// `Cargo.lock` the build wrote); `self` if a source changed during the
+    /// build (an edit the next reload must build).
+    pub(crate) fn after_build(self, dir: &Path) -> SourceStamp {
+        let now = stamp(dir);
+        if now.sources == self.sources {
+            now
+        } else {
+            self
+        }
+    }
 }
 
 /// The stamp of a source folder. Build output (`target/`, `.wasm` files),
@@ -186,12 +229,10 @@ pub(crate) fn stamp(dir: &Path) -> SourceStamp {
             let Ok(meta) = entry.metadata() else { continue };
             if meta.is_dir() {
                 walk(&entry.path(), acc);
+            } else if LOCKFILES.contains(&&*name) {
+                acc.locks.add(FileStamp::from_meta(&meta));
             } else {
-                let file = FileStamp::from_meta(&meta);
-                acc.files += 1;
-                acc.bytes += file.len;
-                acc.newest_ns = acc.newest_ns.max(file.mtime_ns);
-                acc.identities = acc.identities.wrapping_add(file.identity_bits());
+                acc.sources.add(FileStamp::from_meta(&meta));
             }
         }
     }
