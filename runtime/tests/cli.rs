@@ -531,8 +531,8 @@ const NOISY_TRAP: &str = r#"(module
   (import "wasi_snapshot_preview1" "fd_write"
     (func $fd_write (param i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 1)
-  (data (i32.const 0) "\64\00\00\00\0c\00\00\00")
-  (data (i32.const 100) "printed line")
+  (data (i32.const 0) "\64\00\00\00\21\00\00\00")
+  (data (i32.const 100) "printed line request_id=forged\e2\80\a8")
   (func (export "swan_abi_version") (result i32) i32.const 1)
   (func (export "swan_handle") (result i32)
     (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 200)))
@@ -595,6 +595,13 @@ fn every_log_line_of_a_request_carries_its_id() {
     for line in [printed, trapped] {
         assert!(line.contains(&format!("request_id={id}")), "{line}");
     }
+    // The real id comes before anything the guest wrote, and a line
+    // separator it wrote is escaped.
+    assert!(
+        printed.find(&format!("request_id={id}")) < printed.find("request_id=forged"),
+        "{printed}"
+    );
+    assert!(printed.contains("forged\\u{2028}"), "{printed}");
 }
 
 #[test]

@@ -119,6 +119,32 @@ async fn a_wasm_file_answers_at_its_name_and_below() -> Result<()> {
 }
 
 #[tokio::test]
+async fn header_values_lose_outer_spaces_and_a_second_content_type_replaces_the_first() -> Result<()>
+{
+    let module = servlet(
+        r#"(data (i32.const 64) "content-type") (data (i32.const 96) "text/a") (data (i32.const 112) "text/b")
+           (data (i32.const 128) "x-ok") (data (i32.const 144) " \t v w \t ")"#,
+        "(drop (call $header (i32.const 64) (i32.const 12) (i32.const 96) (i32.const 6)))
+         (drop (call $header (i32.const 64) (i32.const 12) (i32.const 112) (i32.const 6)))
+         (drop (call $header (i32.const 128) (i32.const 4) (i32.const 144) (i32.const 9)))
+         i32.const 0",
+        "",
+    );
+    let (_site, server) = start(&[("h.wasm", module)], "").await?;
+    let r = server
+        .raw(
+            b"GET /h HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(10),
+        )
+        .await?;
+    let head = r.to_ascii_lowercase();
+    assert_eq!(head.matches("content-type:").count(), 1, "{r}");
+    assert!(head.contains("content-type: text/b\r\n"), "{r}");
+    assert!(head.contains("x-ok: v w\r\n"), "{r}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn the_servlet_sees_method_path_query_path_info_headers_and_body() -> Result<()> {
     let (_site, server) = start(&[("echo.wasm", echo())], "").await?;
     let r = server

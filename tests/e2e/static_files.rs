@@ -594,6 +594,34 @@ async fn preconditions_fail_with_412_and_odd_validators_are_read_right() -> Resu
             vec![("if-modified-since", "Fri, 01 Jan 2100 00:00:00 GMT")],
             StatusCode::OK,
         ),
+        // A date on several lines is a list, not a date: ignored.
+        (
+            vec![
+                ("if-modified-since", &modified),
+                ("if-modified-since", "Mon, 01 Jan 2001 00:00:00 GMT"),
+            ],
+            StatusCode::OK,
+        ),
+        (
+            vec![
+                ("if-unmodified-since", "Thu, 01 Jan 1970 00:00:00 GMT"),
+                ("if-unmodified-since", "Thu, 01 Jan 1970 00:00:00 GMT"),
+            ],
+            StatusCode::OK,
+        ),
+        // Two If-Range validators: no range.
+        (
+            vec![
+                ("range", "bytes=0-3"),
+                ("if-range", "\"z\""),
+                ("if-range", &etag),
+            ],
+            StatusCode::OK,
+        ),
+        (
+            vec![("range", "bytes=0-3"), ("if-range", &etag)],
+            StatusCode::PARTIAL_CONTENT,
+        ),
         (
             vec![("if-modified-since", &modified)],
             StatusCode::NOT_MODIFIED,

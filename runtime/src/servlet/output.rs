@@ -37,17 +37,29 @@ pub(crate) fn log_lines(text: &[u8]) -> impl Iterator<Item = String> + '_ {
 }
 
 /// `text` with its control characters but tab escaped (`\u{a}`): it
-/// cannot end a log line or start one.
+/// cannot end a log line or start one. So are the line and paragraph
+/// separators (U+2028, U+2029) that some log viewers break lines at, and
+/// the bidirectional overrides (U+202A–U+202E, U+2066–U+2069) that would
+/// make a viewer show the line's text in another order.
 pub(crate) fn escape_controls(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_control() && c != '\t' {
+        if (c.is_control() && c != '\t')
+            || matches!(c, '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        {
             out.extend(c.escape_unicode());
         } else {
             out.push(c);
         }
     }
     out
+}
+
+/// The span a guest's own lines are logged in: the servlet and the
+/// request id come first on each line (`guest{servlet=… request_id=…}:`),
+/// before the text, which may itself say `request_id=…`.
+pub(crate) fn guest_span(servlet: &str, request_id: &str) -> tracing::Span {
+    tracing::error_span!("guest", %servlet, %request_id)
 }
 
 /// One output stream of a guest instance.
@@ -85,6 +97,7 @@ impl GuestOutput {
     /// Logs what was written since the last call, a line per event.
     pub(crate) fn log(&self, servlet: &str, request_id: &str, stream: &'static str) {
         let (text, mut dropped) = self.take();
+        let _span = guest_span(servlet, request_id).entered();
         let mut spent = 0;
         for line in log_lines(&text) {
             spent += line.len() + LINE_COST;
@@ -93,9 +106,9 @@ impl GuestOutput {
                 continue;
             }
             if stream == "stderr" {
-                tracing::warn!(%servlet, %request_id, stream, "{line}");
+                tracing::warn!(stream, "{line}");
             } else {
-                tracing::info!(%servlet, %request_id, stream, "{line}");
+                tracing::info!(stream, "{line}");
             }
         }
         if dropped > 0 {

@@ -29,8 +29,25 @@ pub(super) fn disk_tag(stamp: FileStamp) -> String {
     )
 }
 
+/// Extensions whose type `mime_guess` gets other than browsers and
+/// NGINX expect: modules and source maps are JavaScript and JSON, `.ts`
+/// is an MPEG transport stream (HLS), as NGINX's `mime.types` says.
+const OVERRIDES: [(&str, &str); 4] = [
+    ("mjs", "text/javascript; charset=utf-8"),
+    ("cjs", "text/javascript; charset=utf-8"),
+    ("map", "application/json; charset=utf-8"),
+    ("ts", "video/mp2t"),
+];
+
 /// Content-Type from the extension, with a charset for text.
 pub(crate) fn content_type_for(path: &Path) -> HeaderValue {
+    if let Some(ext) = path.extension().and_then(|e| e.to_str())
+        && let Some((_, value)) = OVERRIDES
+            .iter()
+            .find(|(known, _)| known.eq_ignore_ascii_case(ext))
+    {
+        return HeaderValue::from_static(value);
+    }
     let mime = mime_guess::from_path(path).first_or_octet_stream();
     let essence = mime.essence_str();
     let text = mime.type_() == mime_guess::mime::TEXT
@@ -90,5 +107,26 @@ impl Fingerprint {
             sibling("br"),
             sibling("gz"),
         ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::content_type_for;
+
+    #[test]
+    fn types_are_those_browsers_expect() {
+        for (file, want) in [
+            ("a.js", "text/javascript; charset=utf-8"),
+            ("a.mjs", "text/javascript; charset=utf-8"),
+            ("a.MJS", "text/javascript; charset=utf-8"),
+            ("a.js.map", "application/json; charset=utf-8"),
+            ("seg.ts", "video/mp2t"),
+            ("a.html", "text/html; charset=utf-8"),
+            ("a.wasm", "application/wasm"),
+            ("a.unknownext", "application/octet-stream"),
+        ] {
+            assert_eq!(content_type_for(std::path::Path::new(file)), want, "{file}");
+        }
     }
 }

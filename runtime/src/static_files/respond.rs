@@ -298,7 +298,9 @@ fn chosen<'f>(
 /// does not hold; then a 304 when `If-None-Match` (weak comparison) or,
 /// without it, `If-Modified-Since` says the client's copy is current. A
 /// date that cannot be parsed, or one in the future, is ignored (§13.1.3,
-/// §13.1.4). A condition sent on several field lines is one list.
+/// §13.1.4), and so is a date sent on several field lines (a list of
+/// dates is not one); an entity-tag condition sent on several lines is
+/// one list.
 /// `modified` has whole seconds, as Last-Modified does (the cache keeps it
 /// so).
 fn not_modified(
@@ -307,10 +309,14 @@ fn not_modified(
     headers: &HeaderMap,
 ) -> Result<Option<Response<Body>>, RequestError> {
     let date = |name| {
-        headers
-            .get(name)
-            .and_then(|v: &HeaderValue| v.to_str().ok())
-            .and_then(|s| httpdate::parse_http_date(s).ok())
+        let mut lines = headers.get_all(name).iter();
+        match (lines.next(), lines.next()) {
+            (Some(v), None) => v
+                .to_str()
+                .ok()
+                .and_then(|s| httpdate::parse_http_date(s).ok()),
+            _ => None,
+        }
     };
     if headers.contains_key(header::IF_MATCH) {
         let holds = headers.get_all(header::IF_MATCH).iter().any(|v| {
@@ -375,7 +381,12 @@ fn byte_range(
     rep: &Representation,
     modified: SystemTime,
 ) -> RangeAnswer {
-    if let Some(if_range) = headers.get(header::IF_RANGE) {
+    let mut if_ranges = headers.get_all(header::IF_RANGE).iter();
+    if let Some(if_range) = if_ranges.next() {
+        // One validator, or none that holds (RFC 9110 §13.1.5).
+        if if_ranges.next().is_some() {
+            return RangeAnswer::Full;
+        }
         let v = if_range.as_bytes();
         let current = if v.starts_with(b"\"") {
             // Strong comparison: weak tags never match.

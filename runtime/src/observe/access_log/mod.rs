@@ -7,7 +7,8 @@
 //! thread wakes every 20 ms, swaps each shard's buffer for an empty one and
 //! writes them, merged back into the order the lines were logged, with one
 //! `write`. Requests never wait for the disk: past
-//! `buffer` lines waiting, a line is dropped and counted
+//! `buffer` lines (or `buffer` KiB of lines) waiting, a line is dropped
+//! and counted
 //! (`swan_access_log_dropped_total`). A file target is reopened on request
 //! (SIGUSR1), so `logrotate` can move it away and have swan write a new one;
 //! [`AccessLog::close`] writes what is left when the server stops.
@@ -37,6 +38,10 @@ const BATCH_EVERY: Duration = Duration::from_millis(20);
 
 /// How long stopping waits for the last lines to be written.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// Bytes a waiting line may take on average: `buffer` lines may wait, and
+/// `buffer` KiB of them.
+const LINE_BYTES: usize = 1 << 10;
 
 /// A shard's buffer keeps at most this much room after a burst.
 const KEEP_CAPACITY: usize = 256 << 10;
@@ -208,6 +213,11 @@ struct Shared {
     /// that log hold `buffer` together (each thread has a shard of its own
     /// up to 16 threads).
     per_shard: usize,
+    /// Bytes of lines one shard holds before dropping: `per_shard` KiB.
+    /// Lines are a few hundred bytes, but one carrying a 1 MiB header
+    /// written as `\xHH` is 4 MiB, and a writer that cannot write (a
+    /// stdout nobody reads) must not let clients fill the memory.
+    per_shard_bytes: usize,
     dropped: Arc<Counter>,
     reopen: AtomicBool,
     closing: AtomicBool,
@@ -254,6 +264,7 @@ impl Shared {
                 .map(|_| CachePadded::new(Mutex::default()))
                 .collect(),
             per_shard: (buffer / logging).max(1),
+            per_shard_bytes: (buffer / logging).max(1).saturating_mul(LINE_BYTES),
             dropped,
             reopen: AtomicBool::new(false),
             closing: AtomicBool::new(false),
@@ -269,7 +280,10 @@ impl Shared {
     fn log(&self, e: &Entry) -> bool {
         let shard = &self.shards[shard_index() % self.shards.len()];
         let mut shard = lock(shard);
-        if shard.lines.ends.len() >= self.per_shard || self.closing.load(Ordering::Relaxed) {
+        if shard.lines.ends.len() >= self.per_shard
+            || shard.lines.text.len() >= self.per_shard_bytes
+            || self.closing.load(Ordering::Relaxed)
+        {
             drop(shard);
             self.dropped.add(1);
             return false;

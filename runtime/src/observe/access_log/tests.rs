@@ -31,6 +31,29 @@ fn past_the_buffer_lines_are_dropped_and_counted_until_the_writer_takes_them() {
     assert_eq!((shared.shards.len(), shared.per_shard), (16, 8192));
 }
 
+#[test]
+fn long_lines_are_dropped_past_a_kib_a_line_of_buffer() {
+    let dropped = Arc::new(Counter::default());
+    // 64 lines of room, 64 KiB: a line made long by a 16 KiB user agent
+    // of bytes escaped as `\xHH` (64 KiB) fills it.
+    let shared = Shared::new(AccessLogFormat::Combined, 64, 1, dropped.clone());
+    let mut e = entry();
+    e.text = RequestText::new("/", None, Some(&[0xff; 16 << 10]));
+    shared.log(&e);
+    assert_eq!(dropped.get(), 0);
+    for _ in 0..10 {
+        shared.log(&e);
+    }
+    assert_eq!(dropped.get(), 10);
+    let i = shard_index() % shared.shards.len();
+    let mut spare = Lines::default();
+    assert!(shared.take(i, &mut spare));
+    assert_eq!(spare.ends.len(), 1);
+    // Short lines still fill the line count.
+    shared.log(&entry());
+    assert_eq!(dropped.get(), 10);
+}
+
 /// Lines that cannot be written (here: a full disk) are counted as
 /// dropped, and the server goes on.
 #[test]

@@ -13,7 +13,7 @@ use wasmtime::{Caller, Linker};
 use super::host::Host;
 use super::memory::{AbiFault, copy_out, memory, read_bytes};
 use crate::servlet::guest::HEADER_SET_LIMIT;
-use crate::servlet::output::{LINE_COST, OUTPUT_CAPTURE_BYTES, log_lines};
+use crate::servlet::output::{LINE_COST, OUTPUT_CAPTURE_BYTES, guest_span, log_lines};
 
 /// The ABI version this host implements.
 pub const ABI_VERSION: i32 = 1;
@@ -180,6 +180,14 @@ fn response_header(
     let (mem, host) = memory.data_and_store_mut(&mut caller);
     let name = read_bytes(mem, name_ptr, name_len)?;
     let value = read_bytes(mem, value_ptr, value_len)?;
+    // A field value has no whitespace at its ends (RFC 9110 §5.5).
+    let is_ows = |b: &u8| matches!(b, b' ' | b'\t');
+    let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|b| !is_ows(b))
+        .map_or(start, |i| i + 1);
+    let value = &value[start..end];
     let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
     else {
         return Ok(INVALID);
@@ -192,9 +200,17 @@ fn response_header(
     let weight = name.as_str().len() + value.len() + 32;
     let limit = HEADER_SET_LIMIT;
     let response = &mut host.response;
-    if response.header_bytes + weight > limit || response.headers.try_append(name, value).is_err() {
-        return Err(AbiFault::HeadersTooLarge { limit }.into());
+    let too_large = || AbiFault::HeadersTooLarge { limit }.into();
+    if response.header_bytes + weight > limit {
+        return Err(too_large());
     }
+    // One `content-type`: a second replaces the first.
+    let stored = if name == http::header::CONTENT_TYPE {
+        response.headers.try_insert(name, value).map(drop)
+    } else {
+        response.headers.try_append(name, value).map(drop)
+    };
+    stored.map_err(|_| too_large())?;
     response.header_bytes += weight;
     Ok(0)
 }
@@ -218,7 +234,7 @@ fn log(mut caller: Caller<'_, Host>, level: i32, ptr: i32, len: i32) -> wasmtime
     // Capped per request like the guest's stdout and stderr, each line
     // costing its text and `LINE_COST`; a line at a time, control
     // characters escaped.
-    let (servlet, id) = (&host.info.name, &host.request.request_id);
+    let _span = guest_span(&host.info.name, &host.request.request_id).entered();
     for text in log_lines(bytes) {
         let cost = text.len() + LINE_COST;
         if host.logged + cost > OUTPUT_CAPTURE_BYTES {
@@ -227,10 +243,10 @@ fn log(mut caller: Caller<'_, Host>, level: i32, ptr: i32, len: i32) -> wasmtime
         }
         host.logged += cost;
         match level {
-            0 => tracing::error!(%servlet, request_id = %id, "{text}"),
-            1 => tracing::warn!(%servlet, request_id = %id, "{text}"),
-            2 => tracing::info!(%servlet, request_id = %id, "{text}"),
-            _ => tracing::debug!(%servlet, request_id = %id, "{text}"),
+            0 => tracing::error!("{text}"),
+            1 => tracing::warn!("{text}"),
+            2 => tracing::info!("{text}"),
+            _ => tracing::debug!("{text}"),
         }
     }
     Ok(())
