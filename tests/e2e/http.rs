@@ -232,23 +232,59 @@ async fn idle_keep_alive_connections_are_closed_after_the_timeout() -> Result<()
 #[tokio::test]
 async fn connections_over_the_limit_wait_for_a_free_slot() -> Result<()> {
     let (_site, server) = server_with("max_connections = 1\nkeepalive_timeout = \"30s\"").await?;
+    // A connection in the middle of its first request head keeps its place.
     let mut first = TcpStream::connect(server.addr()).await?;
-    first
-        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-        .await?;
-    let mut buf = vec![0u8; 1024];
-    let n = first.read(&mut buf).await?;
-    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    first.write_all(b"GET / HTTP/1.1\r\n").await?;
     // The second connection is accepted by the kernel but not served yet.
     let mut second = TcpStream::connect(server.addr()).await?;
     second
         .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
         .await?;
-    let early = read_until_close(&mut second, Duration::from_millis(300)).await;
+    let early = read_until_close(&mut second, Duration::from_millis(1500)).await;
     assert_eq!(early, "");
     drop(first);
     let later = read_until_close(&mut second, Duration::from_secs(5)).await;
     assert!(later.starts_with("HTTP/1.1 200"), "{later}");
+    Ok(())
+}
+
+/// At `max_connections`, an idle keep-alive connection closes to make
+/// room, as NGINX's do: a new client does not wait out a
+/// `keepalive_timeout` behind clients that made one request each.
+#[tokio::test]
+async fn at_the_limit_an_idle_keep_alive_connection_makes_room() -> Result<()> {
+    let (_site, server) = server_with("max_connections = 2\nkeepalive_timeout = \"30s\"").await?;
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        let mut c = TcpStream::connect(server.addr()).await?;
+        c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await?;
+        let mut buf = vec![0u8; 1024];
+        let n = c.read(&mut buf).await?;
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        idle.push(c);
+    }
+    let started = std::time::Instant::now();
+    let mut third = TcpStream::connect(server.addr()).await?;
+    third
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await?;
+    let answer = read_until_close(&mut third, Duration::from_secs(10)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // One of the idle ones was closed for it, the other kept.
+    let mut closed = 0;
+    for c in &mut idle {
+        let mut buf = [0u8; 16];
+        if let Ok(Ok(0)) = tokio::time::timeout(Duration::from_millis(300), c.read(&mut buf)).await
+        {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 1);
     Ok(())
 }
 
@@ -273,6 +309,8 @@ async fn max_connections_places_are_all_used_with_many_workers() -> Result<()> {
             got.starts_with("HTTP/1.1 200"),
             "connection {n} of 4 unserved: {got:?}"
         );
+        // Then a second request begun: not idle, so it keeps its place.
+        c.write_all(b"GET / HTTP/1.1\r\n").await?;
         open.push(c);
     }
     // The fifth waits, and gets the first place that frees.
@@ -281,7 +319,7 @@ async fn max_connections_places_are_all_used_with_many_workers() -> Result<()> {
         .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
         .await?;
     assert_eq!(
-        read_until_close(&mut fifth, Duration::from_millis(300)).await,
+        read_until_close(&mut fifth, Duration::from_millis(1500)).await,
         ""
     );
     drop(open.pop());

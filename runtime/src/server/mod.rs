@@ -27,7 +27,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::task::TaskTracker;
 
@@ -93,7 +93,7 @@ pub async fn serve(
         })
         .collect();
     let (tx, rx) = watch::channel(false);
-    let connections = Arc::new(Semaphore::new(app.server.max_connections));
+    let connections = conn::Places::new(app.server.max_connections);
     let workers = app.server.workers.max(1);
     let mut done = Vec::new();
     match app.server.runtime {
@@ -189,7 +189,7 @@ async fn worker(
     app: Arc<App>,
     sockets: Vec<(TcpListener, Kind)>,
     shutdown: watch::Receiver<bool>,
-    connections: Arc<Semaphore>,
+    connections: Arc<conn::Places>,
 ) {
     let tracker = TaskTracker::new();
     let builder = Arc::new(conn::builders(&app.server));
@@ -256,7 +256,7 @@ async fn accept_loop(
     app: Arc<App>,
     builder: Arc<conn::Builders>,
     mut shutdown: watch::Receiver<bool>,
-    connections: Arc<Semaphore>,
+    connections: Arc<conn::Places>,
     tracker: TaskTracker,
     limits: Limits,
 ) {
@@ -283,20 +283,12 @@ async fn accept_loop(
                 }
             },
         };
-        let permit = match connections.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(tokio::sync::TryAcquireError::Closed) => return,
-            Err(tokio::sync::TryAcquireError::NoPermits) => tokio::select! {
-                biased;
-                _ = shutdown.changed() => return,
-                permit = connections.clone().acquire_owned() => match permit {
-                    Ok(p) => p,
-                    Err(_) => return,
-                },
-            },
+        let slot = tokio::select! {
+            biased;
+            _ = shutdown.changed() => return,
+            slot = connections.take(&app) => slot,
         };
         let _ = stream.set_nodelay(true);
-        let slot = conn::Slot::new(permit, &app);
         let (app, builder, shutdown) = (app.clone(), builder.clone(), shutdown.clone());
         if kind.tls.is_none() && !kind.proxy_protocol {
             let peer = Peer::direct(remote, false);

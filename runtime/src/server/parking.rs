@@ -51,7 +51,7 @@ pub(crate) async fn serve(
     builders: Arc<Builders>,
     mut shutdown: watch::Receiver<bool>,
     limits: Limits,
-    _slot: Slot,
+    slot: Slot,
 ) {
     let observe = app.observe.clone();
     let state = Arc::new(ConnState::new());
@@ -71,6 +71,9 @@ pub(crate) async fn serve(
             &mut shutdown,
             &mut linger,
             limits,
+            // A connection that has not sent its first request yet is not
+            // an idle keep-alive one: it keeps its place.
+            (!first).then_some(&slot),
         )
         .await
         else {
@@ -220,7 +223,8 @@ impl Drop for Parked<'_> {
 /// Waits, with no hyper connection, until the client sends (or closes):
 /// peeks at what arrived, leaving it in the socket, and says how many
 /// bytes that is. `None` when the connection is to be closed instead
-/// (timeout, drain, error).
+/// (timeout, drain, error, or a new connection needing the `slot` of this
+/// idle keep-alive one at `max_connections`).
 async fn parked(
     io: &WatchedIo<TcpStream>,
     first_bytes: &mut [u8],
@@ -228,8 +232,15 @@ async fn parked(
     shutdown: &mut watch::Receiver<bool>,
     linger: &mut Linger,
     limits: Limits,
+    slot: Option<&Slot>,
 ) -> Option<usize> {
     let mut watchdog = Box::pin(watchdog::watch(state.clone(), limits, false, false));
+    let mut room_wanted = std::pin::pin!(async {
+        match slot {
+            Some(slot) => slot.room_wanted().await,
+            None => std::future::pending().await,
+        }
+    });
     loop {
         tokio::select! {
             // Readiness alone can be stale; a peek waits for bytes. (A
@@ -243,6 +254,10 @@ async fn parked(
             // Idle when the drain's linger ends: closed.
             () = linger.wait() => return None,
             _ = &mut watchdog => return None,
+            () = &mut room_wanted => {
+                tracing::debug!("max_connections reached: an idle keep-alive connection closes to make room");
+                return None;
+            }
         }
     }
 }
