@@ -304,8 +304,10 @@ fn shell_word(path: &Path) -> String {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         // notify's own notes (a watch removed with its folder) are not
-        // news for an operator.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,notify=warn"));
+        // news for an operator; nor are h2's warnings about a client it
+        // ends with GOAWAY (a rapid-reset flood): one line per connection,
+        // naming no peer, as fast as a client can open them.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,notify=warn,h2=error"));
     // Colours only on a terminal, and never with NO_COLOR set.
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none();

@@ -32,6 +32,18 @@ async fn http2_with_prior_knowledge_is_served_on_the_same_port() -> Result<()> {
     assert_eq!(r.header("server"), "swan");
     let r = server.get("/").await?;
     assert_eq!(r.version, Version::HTTP_11);
+    // RFC 9113 §8.2.1: a field value with whitespace at an end is
+    // malformed (HTTP/1's parser trims it).
+    for value in [" lead", "trail\t"] {
+        let r = server
+            .send_h2(
+                Request::get(server.url("/"))
+                    .header("x-padded", value)
+                    .body(Full::default())?,
+            )
+            .await?;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{value:?}");
+    }
     Ok(())
 }
 

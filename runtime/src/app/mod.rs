@@ -394,6 +394,9 @@ impl App {
     ) -> Result<Response<Body>, RequestError> {
         checks::host(&req)?;
         checks::framing(req.headers())?;
+        if req.version() == http::Version::HTTP_2 {
+            checks::h2_field_values(req.headers())?;
+        }
         // `OPTIONS *` asks about the server, not a resource: a no-op, a
         // proxy's ping (RFC 9110 §9.3.7). Any other `*` is no path.
         // (HTTP/2 carries a scheme and authority beside the `*` path.)

@@ -40,6 +40,21 @@ pub(crate) fn framing(headers: &http::HeaderMap) -> Result<(), RequestError> {
     Ok(())
 }
 
+/// RFC 9113 §8.2.1: an HTTP/2 field value that starts or ends with a
+/// space or tab makes the request malformed (HTTP/1's parser trims them;
+/// the h2 layer passes them on, and a servlet would see ` value`).
+pub(crate) fn h2_field_values(headers: &http::HeaderMap) -> Result<(), RequestError> {
+    let padded = |v: &[u8]| {
+        matches!(v.first(), Some(b' ' | b'\t')) || matches!(v.last(), Some(b' ' | b'\t'))
+    };
+    if headers.values().any(|v| padded(v.as_bytes())) {
+        return Err(RequestError::BadRequest(
+            "a header value starts or ends with whitespace",
+        ));
+    }
+    Ok(())
+}
+
 /// RFC 9113 §6.5.2: the size of an HTTP/2 request's header list as the
 /// h2 layer counts it against `SETTINGS_MAX_HEADER_LIST_SIZE`: each
 /// field's name and value plus 32 octets, pseudo-headers included.

@@ -27,6 +27,7 @@ use super::info::{CallContext, ServletInfo};
 use super::stats::ServletStats;
 use crate::body::Body;
 use crate::engine::{Engine, IdleInstances};
+use crate::observe::throttle::Throttle;
 use crate::request::RequestError;
 
 /// The instances of one servlet.
@@ -46,6 +47,9 @@ pub(crate) struct InstancePool<G: Guest> {
     spent: ArrayQueue<Pooled<G::Instance>>,
     /// Whether a task to drop the spent instances is scheduled.
     reaping: AtomicBool,
+    /// 503s are logged at most once a second: a burst any client can
+    /// send must not flood the log.
+    busy_log: Throttle,
 }
 
 /// Spent instances waiting at most to be dropped; past that the request
@@ -81,6 +85,7 @@ impl<G: Guest> InstancePool<G> {
             refilling: AtomicUsize::new(0),
             spent: ArrayQueue::new(SPENT_MAX),
             reaping: AtomicBool::new(false),
+            busy_log: Throttle::new(std::time::Duration::from_secs(1)),
             info,
             stats,
         });
@@ -144,6 +149,16 @@ impl<G: Guest> InstancePool<G> {
         }
     }
 
+    /// Logs a 503, throttled (`more` counts those left out since).
+    fn busy(&self, ctx: &CallContext<'_>, why: &str) {
+        match self.busy_log.allow() {
+            Some(more) => {
+                tracing::warn!(servlet = %self.info.name, request_id = %ctx.id, more, "{why}: 503 (one such line a second at most; `more` were left out since the last)");
+            }
+            None => tracing::debug!(servlet = %self.info.name, request_id = %ctx.id, "{why}: 503"),
+        }
+    }
+
     /// Runs one request in a ready (or new) instance.
     pub(crate) async fn call(
         self: &Arc<Self>,
@@ -156,7 +171,7 @@ impl<G: Guest> InstancePool<G> {
         {
             Ok(Ok(p)) => p,
             _ => {
-                tracing::warn!(servlet = %self.info.name, request_id = %ctx.id, "no free instance within queue_timeout");
+                self.busy(ctx, "no free instance within queue_timeout");
                 return Err(RequestError::ServletBusy);
             }
         };
@@ -178,7 +193,7 @@ impl<G: Guest> InstancePool<G> {
                         served: 0,
                     },
                     Err(GuestError::PoolFull) => {
-                        tracing::warn!(servlet = %self.info.name, request_id = %ctx.id, "no free instance slot (server.max_instances)");
+                        self.busy(ctx, "no free instance slot (server.max_instances)");
                         return Err(RequestError::ServletBusy);
                     }
                     Err(e) => {
