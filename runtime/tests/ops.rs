@@ -296,8 +296,32 @@ fn sigterm_fails_readiness_first_keeps_accepting_for_the_grace_then_drains() {
     download
         .read_exact(&mut first)
         .expect("the download starts");
+    // A keep-alive connection that made a request before the signal.
+    let mut kept = TcpStream::connect(&public).expect("connect");
+    kept.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    kept.write_all(b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && kept.read(&mut byte).expect("read") == 1 {
+        head.push(byte[0]);
+    }
     term(&s.child);
     let signalled = Instant::now();
+    // Its next request, in the grace, is answered with `Connection:
+    // close`: the client reconnects rather than reuse a connection that
+    // is about to close.
+    std::thread::sleep(Duration::from_millis(200));
+    kept.write_all(b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    let mut reply = String::new();
+    let _ = kept.read_to_string(&mut reply);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(
+        reply.to_ascii_lowercase().contains("connection: close"),
+        "{reply}"
+    );
     // Within the grace: not ready, yet new connections are served.
     let mut saw_unready = false;
     let mut served_during_grace = 0;
@@ -405,6 +429,11 @@ fn the_access_log_writes_combined_lines_and_reopens_on_sigusr1() {
     }
     let fresh = read_lines(&log, 3);
     assert_eq!(fresh.len(), 3, "new file: {fresh:?}");
+    // Made readable by its owner and group only.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&log).expect("log").permissions().mode();
+    assert_eq!(mode & 0o007, 0, "{mode:o}");
+    assert_eq!(mode & 0o600, 0o600, "{mode:o}");
     assert_eq!(
         read_lines(&rotated, 3).len(),
         3,

@@ -200,9 +200,15 @@ pub(crate) fn serve(config: Config, overrides: Overrides) -> anyhow::Result<()> 
             }
             // One more stop signal while in-flight requests finish ends
             // the process without waiting for them (as a second Ctrl-C).
+            let log = observe.access_log.clone();
             tokio::spawn(async move {
                 stop.recv().await;
                 tracing::warn!("stop signal during the drain: exiting now; requests still in flight are cut off");
+                // The lines of requests already answered are written
+                // (at once, unless the log cannot be written: 5 s at most).
+                if let Some(log) = log {
+                    log.close();
+                }
                 if let Some(path) = &pid_path {
                     pid_file::remove_if_ours(path);
                 }

@@ -168,7 +168,12 @@ pub(crate) fn service(
                 // with the connection, which must not be offered for reuse
                 // (hyper would say `keep-alive`, then close).
                 let unframed = http10 && http_body::Body::size_hint(res.body()).exact().is_none();
-                if handling.draining() || unframed {
+                // Draining (from the signal on, its grace included): the
+                // client is told to reconnect, not to send its next
+                // request on a connection that is about to close.
+                let draining = handling.draining()
+                    || app.observe.readiness() == crate::observe::Readiness::Draining;
+                if draining || unframed {
                     res.headers_mut()
                         .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                     // To an HTTP/1.0 client hyper adds `keep-alive` to an

@@ -195,9 +195,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn open(path: &PathBuf) -> Result<File, OpenError> {
+    use std::os::unix::fs::OpenOptionsExt;
     OpenOptions::new()
         .create(true)
         .append(true)
+        // Clients' addresses and queries: not for every user.
+        .mode(0o640)
         .open(path)
         .map_err(|source| OpenError {
             path: path.clone(),
