@@ -12,6 +12,7 @@ never a single run.
     python3 benches/compare.py --quick    # under 3 minutes: 3 rounds of 2 s
     python3 benches/compare.py --baseline OLD/swan --ab   # A/B: this swan vs another build
     python3 benches/compare.py --only stores   # key-value stores: counter and get, embedded and Redis
+    python3 benches/compare.py --only spin --baseline OLD/swan   # static latency beside spinning servlets
 
 Prints a Markdown report (machine, command, one table per comparison) and
 writes it to target/bench/compare.md.
@@ -576,6 +577,77 @@ def stream_rss():
             f"swan RSS {idle:.1f} MiB idle, {peak:.1f} MiB at most while streaming (+{peak - idle:.1f} MiB).\n")
 
 
+def spin_module():
+    """A native servlet whose handler never returns (`loop (br 0)`),
+    assembled here (no wat2wasm on the machine): memory, swan_abi_version
+    (1) and swan_handle."""
+    def name(text):
+        return bytes([len(text)]) + text.encode()
+    exports = [name("memory") + b"\x02\x00", name("swan_abi_version") + b"\x00\x00",
+               name("swan_handle") + b"\x00\x01"]
+    export_sec = bytes([len(exports)]) + b"".join(exports)
+    bodies = [b"\x00\x41\x01\x0b", b"\x00\x03\x40\x0c\x00\x0b\x41\x00\x0b"]
+    code_sec = bytes([len(bodies)]) + b"".join(bytes([len(b)]) + b for b in bodies)
+
+    def section(kind, content):
+        return bytes([kind, len(content)]) + content
+    return (b"\x00asm\x01\x00\x00\x00" + section(1, b"\x01\x60\x00\x01\x7f") + section(3, b"\x02\x00\x00")
+            + section(5, b"\x01\x00\x01") + section(7, export_sec) + section(10, code_sec))
+
+
+def spin_latency(baseline, rounds):
+    """Static latency while N requests spin in a servlet until their
+    deadline: the cost of guests that never return to the connections
+    sharing their worker. Each round runs every side in turn."""
+    import http.client
+    folder = WORK / "spin"
+    (folder / "www").mkdir(parents=True, exist_ok=True)
+    (folder / "servlets").mkdir(exist_ok=True)
+    (folder / "www" / "100.html").write_bytes(b"x" * 100)
+    (folder / "servlets" / "spin.wasm").write_bytes(spin_module())
+    sides = [("swan", ROOT / "target/release/swan")] + ([("base", baseline)] if baseline else [])
+    spinners = [0, 2, 8, 16]
+    samples = {(side, n): [] for side, _ in sides for n in spinners}
+    for _ in range(rounds):
+        for side, binary in sides:
+            port = PORTS["swan-ops"]
+            (folder / f"{side}.toml").write_text(
+                f'[server]\nlisten = ["{HOST}:{port}"]\nworkers = 2\nmax_instances = 64\n'
+                f'[[site]]\nroot = "{folder / "www"}"\nservlets = "{folder / "servlets"}"\n'
+                f'[site.servlet]\ntimeout = "4s"\nmax_concurrency = 64\n')
+            server = Server(f"spin-{side}", [binary, "serve", "--config", folder / f"{side}.toml"], port)
+            try:
+                check(f"http://{HOST}:{port}/100.html")
+                for n in spinners:
+                    curls = [subprocess.Popen(["curl", "-s", "-o", "/dev/null", "--max-time", "10",
+                                               f"http://{HOST}:{port}/spin"]) for _ in range(n)]
+                    time.sleep(0.5 if n else 0)
+                    conn = http.client.HTTPConnection(HOST, port, timeout=10)
+                    until = time.time() + 2.5
+                    while time.time() < until:
+                        t = time.perf_counter()
+                        conn.request("GET", "/100.html")
+                        conn.getresponse().read()
+                        samples[(side, n)].append((time.perf_counter() - t) * 1000)
+                        time.sleep(0.01)
+                    conn.close()
+                    for c in curls:
+                        c.wait()
+            finally:
+                server.stop()
+    lines = ["Static latency while requests spin in a native servlet until their 4 s deadline "
+             "(2 workers; one keep-alive client, a request every 10 ms for 2.5 s per round; ms):", "",
+             "| spinning | " + " | ".join(f"{side} p50 / p99" for side, _ in sides) + " |",
+             "|---|" + "---|" * len(sides)]
+    for n in spinners:
+        cells = []
+        for side, _ in sides:
+            xs = sorted(samples[(side, n)])
+            cells.append(f"{statistics.median(xs):.2f} / {xs[int(len(xs) * 0.99) - 1]:.2f}" if xs else "-")
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def fmt_table(result):
     sides = result["sides"]
     head = ["connections"]
@@ -623,8 +695,8 @@ def main():
     ap.add_argument("--rounds", type=int, help="runs per side and row (default 5, quick 3)")
     ap.add_argument("--seconds", type=int, help="seconds per run (default 5, quick 2)")
     ap.add_argument("--only", choices=["static", "dynamic", "stores", "components", "p3", "ops", "tls", "spike",
-                                       "large"],
-                    help="run one part (stores, components, p3, ops, tls, spike and large run only when named)")
+                                       "large", "spin"],
+                    help="run one part (stores, components, p3, ops, tls, spike, large and spin run only when named)")
     ap.add_argument("--no-build", action="store_true", help="use what is already built")
     ap.add_argument("--connections", type=int, nargs="+", help="static rows to run (default 1 10 100 1000 10000)")
     ap.add_argument("--baseline", type=Path, help="another swan binary, measured beside this one as `base`")
@@ -660,7 +732,7 @@ def main():
               "stores": ["swan-embedded", "swan-redis"], "components": ["swan", "wt-fresh", "wt-reuse"],
               "p3": ["swan-p3", "wt-p3-fresh", "wt-p3-reuse"],
               "ops": ["swan", "swan-ops"], "tls": ["swan-tls", "nginx"], "spike": ["swan-static", "swan", "nginx"],
-              "large": ["swan", "nginx"]}
+              "large": ["swan", "nginx"], "spin": []}
     if args.baseline:
         for p in wanted:
             if p == "spike":
@@ -699,6 +771,8 @@ def main():
                                        lambda s, p=path: p, [1, 10, 100], rounds, secs, servers))
         if "spike" in parts:
             spike_report = spike(servers, min(10000, nofile - 500))
+        if "spin" in parts:
+            spin_report = spin_latency(args.baseline, rounds)
         if "components" in parts:
             sides = ["swan-comp"] + ["base-comp" if s == "base" else s for s in wanted["components"][1:]]
             if not args.ab:
@@ -752,6 +826,8 @@ def main():
         report += [instance_memory(), stream_rss()]
     if "spike" in parts:
         report += [spike_report]
+    if "spin" in parts:
+        report += [spin_report]
     text = "\n".join(report)
     out = ROOT / "target" / "bench" / "compare.md"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -244,7 +244,17 @@ impl CodeCache {
                 match unsafe { A::map(engine, &path) } {
                     Ok(artifact) => return Ok(artifact),
                     Err(e) => {
-                        tracing::warn!(file = %path.display(), error = %format!("{e:#}"), "cannot map compiled code; loading it in memory")
+                        // SAFETY: `bytes` is `precompile`'s output.
+                        let loaded = unsafe { A::load(engine, &bytes) };
+                        if loaded.is_ok() {
+                            tracing::warn!(file = %path.display(), error = %format!("{e:#}"), "cannot map compiled code; loaded it in memory");
+                        } else {
+                            // Refused either way (a module past the
+                            // pool's limits): the file is of no use.
+                            let _ = fs::remove_file(&path);
+                            let _ = fs::remove_file(sum_path(&path));
+                        }
+                        return loaded;
                     }
                 }
             }

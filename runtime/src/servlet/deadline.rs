@@ -16,6 +16,12 @@ use crate::engine::EPOCH_TICK;
 /// (which epochs cannot interrupt) gets before it is abandoned.
 pub(crate) const HOST_CALL_GRACE: Duration = Duration::from_millis(500);
 
+/// Marker error returned by the epoch callback at the deadline (both
+/// kinds of servlet).
+#[derive(Debug, thiserror::Error)]
+#[error("servlet ran past its deadline")]
+pub(crate) struct DeadlineExceeded;
+
 /// When a guest must stop.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Deadline {

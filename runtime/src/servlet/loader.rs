@@ -9,13 +9,14 @@
 //!    route's new settings stops serving, as after a restart.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::native::{self, LoadError};
 use super::plan::{self, BuildRecord, Listing, Planned, PlannedTarget};
 use super::pool::InstancePool;
 use super::progress::Progress;
+pub use super::refused::Refused;
+use super::refused::Tried;
 use super::route::{Route, RouteTable, Target};
 use super::source::{BuildError, BuildLimits};
 use super::{Pool, component};
@@ -55,53 +56,6 @@ pub struct SiteServlets {
     pub(super) loaded: Vec<Loaded>,
     builds: HashMap<String, BuildRecord>,
 }
-
-/// A servlet that could not be loaded (the rest of the site still is).
-#[derive(Debug, Clone)]
-pub struct Refused {
-    /// The file.
-    pub file: PathBuf,
-    /// Why.
-    pub error: Arc<LoadError>,
-    /// Whether a previous version of it still serves.
-    pub kept_previous: bool,
-    /// Refused by this load, not remembered from an earlier one (a broken
-    /// file left in the folder is logged and counted once, not at every
-    /// reload of the folder).
-    pub fresh: bool,
-    /// The route, settings and file stamp refused, and when: the same
-    /// again is not tried again for [`REFUSAL_KEPT`] (a start function that
-    /// loops to its deadline would hold up every reload of the folder).
-    tried: Option<Tried>,
-}
-
-/// What a refusal was for, and when.
-#[derive(Debug, Clone)]
-struct Tried {
-    route: RoutePath,
-    info: Box<ServletInfo>,
-    stamp: Option<FileStamp>,
-    at: std::time::Instant,
-}
-
-impl Tried {
-    /// Whether loading `info` at `route` from a file stamped `stamp` is
-    /// what was refused, recently enough to be refused again untried.
-    fn answers(&self, route: &RoutePath, info: &ServletInfo, stamp: Option<FileStamp>) -> bool {
-        self.same(route, info, stamp) && self.at.elapsed() < REFUSAL_KEPT
-    }
-
-    /// Whether it was for `info` at `route` from a file stamped `stamp`,
-    /// however long ago.
-    fn same(&self, route: &RoutePath, info: &ServletInfo, stamp: Option<FileStamp>) -> bool {
-        self.route == *route && *self.info == *info && self.stamp == stamp
-    }
-}
-
-/// How long a refusal answers for the same file and settings: a failure
-/// that was the machine's (a trial start slowed past its deadline by a
-/// busy reload) is tried again at the next change after this.
-const REFUSAL_KEPT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A loaded servlet at its route (the stamp of the file it came from is
 /// the servlet's own).
@@ -331,9 +285,9 @@ impl Loader {
                 });
                 let refused_before = previous.and_then(|p| {
                     p.refused.iter().find(|r| {
-                        r.tried
-                            .as_ref()
-                            .is_some_and(|t| t.answers(&path, &info, stamp))
+                        r.tried.as_ref().is_some_and(|t| {
+                            t.answers(&path, &info, stamp, r.error.may_pass_later())
+                        })
                     })
                 });
                 let step = match (old, refused_before) {

@@ -32,6 +32,7 @@ mod output;
 mod plan;
 mod pool;
 mod progress;
+mod refused;
 mod route;
 mod source;
 pub mod stats;

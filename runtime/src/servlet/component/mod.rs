@@ -43,7 +43,7 @@ pub(crate) use body::{BodyVerdict, LimitedBody};
 pub(crate) use linkers::Linkers;
 
 use super::LoadError;
-use super::deadline::{Deadline, HOST_CALL_GRACE};
+use super::deadline::{Deadline, DeadlineExceeded, HOST_CALL_GRACE};
 use super::guest::started_within;
 use super::guest::{Guest, GuestError, Lent};
 use super::info::{CallContext, ServletInfo};
@@ -129,11 +129,6 @@ impl ComponentInput {
         }
     }
 }
-
-/// Marker error returned by the epoch callback at the deadline.
-#[derive(Debug, thiserror::Error)]
-#[error("servlet ran past its deadline")]
-struct DeadlineExceeded;
 
 /// Compiles `bytes` (a component) and checks it: every import is one swan
 /// provides, and it exports the wasi:http incoming handler. Then one

@@ -29,8 +29,9 @@ pub enum LoadError {
         /// The cause.
         source: std::io::Error,
     },
-    /// Not a valid WebAssembly module.
-    #[error("{file}: not a valid WebAssembly module: {reason}")]
+    /// Not a valid WebAssembly module, or a valid one past the instance
+    /// pool's limits (wasmtime's reason names which).
+    #[error("{file}: {}: {reason}", invalid_what(.reason))]
     Invalid {
         /// The file.
         file: PathBuf,
@@ -109,6 +110,15 @@ pub enum LoadError {
         /// Why.
         reason: String,
     },
+    /// The trial instance's start ran past the servlet's `timeout`: a
+    /// start that loops, or one slowed by a busy machine.
+    #[error("{file}: cannot be instantiated: {reason}")]
+    Slow {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// Linking or the trial instantiation failed.
     #[error("{file}: cannot be instantiated: {reason}")]
     Instantiate {
@@ -125,6 +135,10 @@ impl LoadError {
         let reason = error.to_string();
         match error {
             GuestError::NoSlotToTry => LoadError::Busy { file, reason },
+            GuestError::TimedOut(_) => LoadError::Slow { file, reason },
+            GuestError::Failed(e) if e.is::<crate::servlet::deadline::DeadlineExceeded>() => {
+                LoadError::Slow { file, reason }
+            }
             _ => LoadError::Instantiate { file, reason },
         }
     }
@@ -134,6 +148,13 @@ impl LoadError {
     /// instance that found no free slot (`max_instances` busy).
     pub fn is_lasting(&self) -> bool {
         !matches!(self, LoadError::Read { .. } | LoadError::Busy { .. })
+    }
+
+    /// Whether the same file with the same settings might load later: a
+    /// start that ran out of time may have been slowed by the machine.
+    /// Every other lasting refusal is refused again untried.
+    pub fn may_pass_later(&self) -> bool {
+        matches!(self, LoadError::Slow { .. })
     }
 
     /// The file refused.
@@ -148,8 +169,21 @@ impl LoadError {
             | LoadError::Build { file, .. }
             | LoadError::AbiVersion { file, .. }
             | LoadError::Busy { file, .. }
+            | LoadError::Slow { file, .. }
             | LoadError::Instantiate { file, .. } => file,
         }
+    }
+}
+
+/// What an [`LoadError::Invalid`] is, from wasmtime's `reason`: a module
+/// past the pooling allocator's per-instance limits (two memories, a
+/// table of 10 million elements) is valid WebAssembly, and the user must
+/// hear that it is the limit that refuses it.
+fn invalid_what(reason: &str) -> &'static str {
+    if reason.contains("pooling allocator") || reason.contains("per-instance limit") {
+        "a valid module past swan's per-instance limits (one memory and one table of at most 20,000 elements per core module)"
+    } else {
+        "not a valid WebAssembly module"
     }
 }
 
@@ -314,6 +348,16 @@ mod tests {
         let trap = wasmtime::format_err!("wasm trap: unreachable");
         let failed = LoadError::trial(PathBuf::from("s/a.wasm"), GuestError::Failed(trap));
         assert!(failed.is_lasting());
+        assert!(!failed.may_pass_later());
+        let slow = LoadError::trial(
+            PathBuf::from("s/a.wasm"),
+            GuestError::Failed(crate::servlet::deadline::DeadlineExceeded.into()),
+        );
+        assert!(slow.is_lasting() && slow.may_pass_later(), "{slow:?}");
+        assert_eq!(
+            slow.to_string(),
+            "s/a.wasm: cannot be instantiated: servlet ran past its deadline"
+        );
         assert_eq!(
             failed.to_string(),
             "s/a.wasm: cannot be instantiated: wasm trap: unreachable"

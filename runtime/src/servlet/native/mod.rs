@@ -56,7 +56,7 @@ pub use abi::ABI_VERSION;
 pub use check::LoadError;
 pub(crate) use check::load;
 
-use super::deadline::{Deadline, HOST_CALL_GRACE};
+use super::deadline::{Deadline, DeadlineExceeded, HOST_CALL_GRACE};
 use super::fault::fault_line;
 use super::guest::started_within;
 use super::guest::{Guest, GuestError, Lent};
@@ -112,11 +112,6 @@ pub(crate) struct NativeInput {
     parts: http::request::Parts,
     body: Bytes,
 }
-
-/// Marker error returned by the epoch callback at the deadline.
-#[derive(Debug, thiserror::Error)]
-#[error("servlet ran past its deadline")]
-struct DeadlineExceeded;
 
 /// Reads a request whole, as the native ABI hands it over.
 pub(crate) async fn read_request<B>(
