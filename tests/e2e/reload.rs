@@ -369,12 +369,25 @@ async fn a_module_written_in_place_goes_live_when_its_writer_closes_it() -> Resu
         .open(site.path().join("servlets/app.wasm"))?;
     std::io::Write::write_all(&mut writer, &version("new"))?;
     std::io::Write::flush(&mut writer)?;
+    // A new module being written in place is not routed until closed.
+    let mut fresh = std::fs::File::create(site.path().join("servlets/fresh.wasm"))?;
+    std::io::Write::write_all(&mut fresh, &version("fresh"))?;
+    std::io::Write::flush(&mut fresh)?;
+    // Meanwhile the rest of the folder deploys as usual.
+    site.file("servlets/other.wasm", version("other"))?;
+    assert!(eventually(WAIT, || text_is(&server, "/other", "other")).await);
     for _ in 0..10 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(server.get("/app").await?.text(), "old", "loaded while open");
+        assert_eq!(
+            server.get("/fresh").await?.status,
+            http::StatusCode::NOT_FOUND
+        );
     }
     drop(writer);
     assert!(eventually(WAIT, || text_is(&server, "/app", "new")).await);
+    drop(fresh);
+    assert!(eventually(WAIT, || text_is(&server, "/fresh", "fresh")).await);
     Ok(())
 }
 

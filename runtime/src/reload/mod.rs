@@ -185,6 +185,11 @@ fn run(
         if batch.is_empty() {
             continue;
         }
+        // What is still being written keeps its previous state; the rest
+        // of its folder loads.
+        if let Some(loader) = &app.loader {
+            loader.hold(writing.keys().map(|(path, _)| path.clone()).collect());
+        }
         // A bug in one reload must not end hot reload for good: the batch
         // is abandoned (the old state keeps serving) and the loop goes on.
         let applied = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -217,7 +222,6 @@ fn run(
                 if stale {
                     batch.touch_all();
                 }
-                hold_back(&mut batch, &writing);
                 refresh_sites(&app, &batch.sites);
             }
             schedule_tier_up(&app, &tx, &mut tiering);
@@ -253,17 +257,6 @@ fn note_writes(batch: &mut Batch, writing: &mut HashMap<(PathBuf, usize), Instan
         }
         !waited
     });
-}
-
-/// Leaves out of `batch` the servlets of each site with a module still
-/// open for writing (copied in place, not renamed into place): the batch
-/// with its close (or the first past [`WRITE_WAIT`]) loads it whole.
-fn hold_back(batch: &mut Batch, writing: &HashMap<(PathBuf, usize), Instant>) {
-    for (_, site) in writing.keys() {
-        if let Some(r) = batch.sites.get_mut(*site) {
-            r.servlets = false;
-        }
-    }
 }
 
 /// Compiles every baseline-compiled servlet again with Cranelift, each on

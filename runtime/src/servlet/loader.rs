@@ -9,7 +9,8 @@
 //!    route's new settings stops serving, as after a restart.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError};
 
 use super::native::{self, LoadError};
 use super::plan::{self, BuildRecord, Listing, Planned, PlannedTarget};
@@ -35,6 +36,8 @@ pub struct Loader {
     development: bool,
     /// Time limit of a source build, when swan builds sources at all.
     builds: Option<BuildLimits>,
+    /// Modules being written in place (see [`Loader::hold`]).
+    held: std::sync::Mutex<Vec<PathBuf>>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -92,7 +95,26 @@ impl Loader {
             builds: server
                 .builds_sources()
                 .then(|| BuildLimits::new(server.build_timeout)),
+            held: std::sync::Mutex::default(),
         }))
+    }
+
+    /// Modules open for writing (copied in place, not renamed into
+    /// place), which the next loads leave as they were: a previous
+    /// version keeps serving, a new one is not routed yet. The rest of
+    /// their folder loads as usual; each is loaded once its writer closes
+    /// it (and is no longer held).
+    pub fn hold(&self, files: Vec<PathBuf>) {
+        let canonical = files
+            .into_iter()
+            .map(
+                |f| match (f.parent().map(Path::canonicalize), f.file_name()) {
+                    (Some(Ok(dir)), Some(name)) => dir.join(name),
+                    _ => f,
+                },
+            )
+            .collect();
+        *self.held.lock().unwrap_or_else(PoisonError::into_inner) = canonical;
     }
 
     /// The engine.
@@ -205,13 +227,34 @@ impl Loader {
             .iter()
             .map(|(s, record, _)| (s.name.clone(), record.clone()))
             .collect();
-        let planned = plan::plan(site, &listing, self.development);
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let serving = |path: &RoutePath, file: &Path| {
+            previous.is_some_and(|p| {
+                p.loaded
+                    .iter()
+                    .any(|l| l.path == *path && l.servlet.info().file == file)
+            })
+        };
+        // A module being written is routed only once a version serves.
+        let planned: Vec<Planned> = plan::plan(site, &listing, self.development)
+            .into_iter()
+            .filter(|p| match &p.target {
+                PlannedTarget::Servlet(info) if held.contains(&info.file) => {
+                    serving(&p.path, &info.file)
+                }
+                _ => true,
+            })
+            .collect();
         let tier = if previous.is_some() {
             Tier::Baseline
         } else {
             Tier::Optimized
         };
-        let (loaded, mut refused) = self.reuse_or_compile(planned.clone(), previous, tier);
+        let (loaded, mut refused) = self.reuse_or_compile(planned.clone(), previous, tier, &held);
         // Unroutable names and failed builds: refused, shown and logged
         // like any other refusal (once, not at every reload).
         let refusals = listing.refusals(self.development, previous.map(|p| &p.builds));
@@ -261,6 +304,7 @@ impl Loader {
         planned: Vec<Planned>,
         previous: Option<&SiteServlets>,
         tier: Tier,
+        held: &[PathBuf],
     ) -> (Vec<Option<Loaded>>, Vec<Refused>) {
         enum Step<T> {
             /// Decided without compiling: what serves (reused, or the
@@ -292,7 +336,8 @@ impl Loader {
                 });
                 let step = match (old, refused_before) {
                     (Some(old), _)
-                        if old.servlet.stamp == stamp && *old.servlet.info() == *info =>
+                        if held.contains(&info.file)
+                            || (old.servlet.stamp == stamp && *old.servlet.info() == *info) =>
                     {
                         Step::Ready(Some(old.clone()), None)
                     }

@@ -92,7 +92,9 @@ mod tests {
             route: route.clone(),
             info: Box::new(info.clone()),
             stamp: None,
-            at: Instant::now().checked_sub(ago).expect("an instant that long ago"),
+            at: Instant::now()
+                .checked_sub(ago)
+                .expect("an instant that long ago"),
         };
         let (recent, old) = (tried(Duration::ZERO), tried(REFUSAL_KEPT * 2));
         // An invalid module: refused untried however long ago.
