@@ -24,9 +24,30 @@ mod code_files;
 
 use code_cache::{CodeCache, Compiler};
 
-/// How often the epoch advances. A running guest yields to other tasks on
-/// its worker at every tick, and its deadline is counted in ticks.
-pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// How often the epoch advances while a guest runs on past its first tick
+/// (see [`spinning`]). A running guest yields to other tasks on its worker
+/// at every tick after its first, and its run time is counted in ticks. A
+/// worker polls its sockets once every guest that yielded has had its
+/// slice, so N spinning guests on a worker delay its other connections by
+/// N ticks at each step of theirs: at 5 ms, 8 spinners on 2 workers put
+/// 10 ms on a static file's median answer, at 1 ms 2.7 ms (BENCHMARKS.md,
+/// "Spinning servlets").
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// How often the epoch advances while no guest runs that long. Ticking
+/// every millisecond all the time cost the native hello 5-9% of its
+/// request rate (a tick lands in one request of 25, and preempts a
+/// worker on a 2-core machine); short requests never meet a second tick.
+const IDLE_TICK: Duration = Duration::from_millis(5);
+
+/// A guest ran past its first tick since the ticker last looked.
+static SPINNING: AtomicBool = AtomicBool::new(false);
+
+/// Called when a guest yields at a tick (it has run past its first one):
+/// the ticker goes to [`EPOCH_TICK`] while such guests run.
+pub(crate) fn spinning() {
+    SPINNING.store(true, Ordering::Relaxed);
+}
 
 /// Bytes at the start of each linear memory slot kept mapped between
 /// instances. With `PAGEMAP_SCAN` only the pages an instance dirtied are
@@ -129,8 +150,16 @@ impl Engine {
             std::thread::Builder::new()
                 .name("swan-epoch".to_owned())
                 .spawn(move || {
+                    // Fast for a few ticks after a guest last yielded: it
+                    // says so just after a tick, often after this thread
+                    // has looked again.
+                    let mut fast_left = 0u32;
                     while !stop.load(Ordering::Relaxed) {
-                        std::thread::sleep(EPOCH_TICK);
+                        if SPINNING.swap(false, Ordering::Relaxed) {
+                            fast_left = 8;
+                        }
+                        fast_left = fast_left.saturating_sub(1);
+                        std::thread::sleep(if fast_left > 0 { EPOCH_TICK } else { IDLE_TICK });
                         for engine in &engines {
                             engine.increment_epoch();
                         }

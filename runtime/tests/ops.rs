@@ -312,7 +312,10 @@ fn sigterm_fails_readiness_first_keeps_accepting_for_the_grace_then_drains() {
     // Its next request, in the grace, is answered with `Connection:
     // close`: the client reconnects rather than reuse a connection that
     // is about to close.
-    std::thread::sleep(Duration::from_millis(200));
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while !get(&admin, "/readyz").contains("draining") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     kept.write_all(b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n")
         .expect("write");
     let mut reply = String::new();

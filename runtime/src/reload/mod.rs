@@ -391,7 +391,6 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
             let label = format!("{part} of site {}", site.config.name);
             match Site::refresh(&site.config, app.loader.as_ref(), Some(site), *what) {
                 Ok(new) => {
-                    changed = true;
                     // Only what this reload refused: a broken file left
                     // in the folder does not make every later deploy look
                     // refused.
@@ -402,10 +401,14 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
                         .collect();
                     // What changed: which routes were added, replaced,
                     // removed (none when only files were reloaded).
-                    let changes = log_changes(
-                        &new.config.name,
-                        &new.servlets.changes_since(&site.servlets),
-                    );
+                    let changed_routes = new.servlets.changes_since(&site.servlets);
+                    // Servlets that came out as they were (a module still
+                    // being written, held): no reload to record.
+                    if !what.files && changed_routes.is_empty() && refused.is_empty() {
+                        return site.clone();
+                    }
+                    changed = true;
+                    let changes = log_changes(&new.config.name, &changed_routes);
                     if what.servlets && !refused.is_empty() {
                         app.observe.reloaded(label, false, refused.join("; "));
                     } else {

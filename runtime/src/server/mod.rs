@@ -13,6 +13,7 @@ mod conn;
 pub mod handover;
 pub mod listener;
 mod parking;
+mod places;
 mod proxy_protocol;
 mod refused_head;
 mod sendfile;
@@ -93,7 +94,7 @@ pub async fn serve(
         })
         .collect();
     let (tx, rx) = watch::channel(false);
-    let connections = conn::Places::new(app.server.max_connections);
+    let connections = places::Places::new(app.server.max_connections);
     let workers = app.server.workers.max(1);
     let mut done = Vec::new();
     match app.server.runtime {
@@ -189,7 +190,7 @@ async fn worker(
     app: Arc<App>,
     sockets: Vec<(TcpListener, Kind)>,
     shutdown: watch::Receiver<bool>,
-    connections: Arc<conn::Places>,
+    connections: Arc<places::Places>,
 ) {
     let tracker = TaskTracker::new();
     let builder = Arc::new(conn::builders(&app.server));
@@ -256,7 +257,7 @@ async fn accept_loop(
     app: Arc<App>,
     builder: Arc<conn::Builders>,
     mut shutdown: watch::Receiver<bool>,
-    connections: Arc<conn::Places>,
+    connections: Arc<places::Places>,
     tracker: TaskTracker,
     limits: Limits,
 ) {
@@ -283,10 +284,13 @@ async fn accept_loop(
                 }
             },
         };
-        let slot = tokio::select! {
-            biased;
-            _ = shutdown.changed() => return,
-            slot = connections.take(&app) => slot,
+        let slot = match connections.try_take(&app) {
+            Some(slot) => slot,
+            None => tokio::select! {
+                biased;
+                _ = shutdown.changed() => return,
+                slot = connections.take(&app) => slot,
+            },
         };
         let _ = stream.set_nodelay(true);
         let (app, builder, shutdown) = (app.clone(), builder.clone(), shutdown.clone());
@@ -321,7 +325,7 @@ async fn handshake(
     builder: Arc<conn::Builders>,
     shutdown: watch::Receiver<bool>,
     limits: Limits,
-    slot: conn::Slot,
+    slot: places::Slot,
 ) {
     let deadline = tokio::time::Instant::now() + app.server.header_read_timeout;
     let mut peer = Peer::direct(remote, kind.tls.is_some());

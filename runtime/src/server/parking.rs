@@ -27,7 +27,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::client_gone::ClientGone;
-use super::conn::{self, Builders, Linger, Slot};
+use super::conn::{self, Builders, Linger};
+use super::places::Slot;
 use super::sendfile::Target;
 use super::stream::WatchedIo;
 use super::watchdog::{self, ConnState, Limits, Verdict};
@@ -243,9 +244,12 @@ async fn parked(
     });
     loop {
         tokio::select! {
+            // Bytes first: a request already sent is served, never cut
+            // off by a request for room that came at the same time.
+            biased;
             // Readiness alone can be stale; a peek waits for bytes. (A
-            // poll, not `peek().await`: no waiter node in every parked
-            // connection's task.)
+            // poll, not `peek().await`: no waiter node for it in every
+            // parked connection's task.)
             peeked = std::future::poll_fn(|cx| {
                 let mut buf = ReadBuf::new(first_bytes);
                 io.get_ref().poll_peek(cx, &mut buf)

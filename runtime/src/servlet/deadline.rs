@@ -2,7 +2,8 @@
 //!
 //! The deadline is wall-clock time from the start of the request (or of
 //! instantiation): the epoch ticker is a thread like any other, and on a
-//! busy machine its 5 ms ticks stretch, so counting ticks alone let a
+//! busy machine its ticks (1 ms while a guest runs long, 5 ms else)
+//! stretch, so counting ticks alone let a
 //! request with `timeout = "2s"` run for 3 s when two servlets spun on one
 //! worker. Native servlets still count ticks, as a second cap; components
 //! count their run time per poll of their task (`component::handle`),
@@ -27,6 +28,8 @@ pub(crate) struct DeadlineExceeded;
 pub(crate) struct Deadline {
     at: Instant,
     ticks_left: u64,
+    /// An epoch tick has come while the guest ran.
+    ticked: bool,
 }
 
 impl Default for Deadline {
@@ -34,6 +37,7 @@ impl Default for Deadline {
         Deadline {
             at: Instant::now(),
             ticks_left: 0,
+            ticked: false,
         }
     }
 }
@@ -44,7 +48,18 @@ impl Deadline {
         Deadline {
             at: Instant::now() + timeout,
             ticks_left: (timeout.as_micros() / EPOCH_TICK.as_micros()).max(1) as u64,
+            ticked: false,
         }
+    }
+
+    /// Called at an epoch tick the guest has not run out of time at:
+    /// whether it yields to its worker's other tasks now. Not at the
+    /// first tick of a call (a short request that happens to span one
+    /// does not pay a trip round the scheduler), then at every tick, so
+    /// a guest that runs on gives its worker up every tick after its
+    /// first one or two.
+    pub(crate) fn yields_now(&mut self) -> bool {
+        std::mem::replace(&mut self.ticked, true)
     }
 
     /// Called at an epoch tick (native servlets): whether the guest must
@@ -95,6 +110,16 @@ mod tests {
         std::thread::sleep(Duration::from_millis(25));
         assert!(d.wall_clock_passed(Duration::ZERO));
         assert!(!d.wall_clock_passed(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn a_guest_yields_from_its_second_tick_on() {
+        let mut d = Deadline::after(Duration::from_secs(1));
+        assert!(!d.yields_now());
+        assert!(d.yields_now());
+        assert!(d.yields_now());
+        // A new call starts afresh.
+        assert!(!Deadline::after(Duration::from_secs(1)).yields_now());
     }
 
     #[test]

@@ -105,16 +105,8 @@ impl Loader {
     /// their folder loads as usual; each is loaded once its writer closes
     /// it (and is no longer held).
     pub fn hold(&self, files: Vec<PathBuf>) {
-        let canonical = files
-            .into_iter()
-            .map(
-                |f| match (f.parent().map(Path::canonicalize), f.file_name()) {
-                    (Some(Ok(dir)), Some(name)) => dir.join(name),
-                    _ => f,
-                },
-            )
-            .collect();
-        *self.held.lock().unwrap_or_else(PoisonError::into_inner) = canonical;
+        let resolved = files.iter().map(|f| plan::resolved(f)).collect();
+        *self.held.lock().unwrap_or_else(PoisonError::into_inner) = resolved;
     }
 
     /// The engine.
@@ -232,6 +224,9 @@ impl Loader {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        // A `[[site.route]]` module's path is as configured (`./x.wasm`),
+        // a folder's resolved: compared resolved, as `hold` keeps them.
+        let held = |file: &Path| !held.is_empty() && held.contains(&plan::resolved(file));
         let serving = |path: &RoutePath, file: &Path| {
             previous.is_some_and(|p| {
                 p.loaded
@@ -243,9 +238,7 @@ impl Loader {
         let planned: Vec<Planned> = plan::plan(site, &listing, self.development)
             .into_iter()
             .filter(|p| match &p.target {
-                PlannedTarget::Servlet(info) if held.contains(&info.file) => {
-                    serving(&p.path, &info.file)
-                }
+                PlannedTarget::Servlet(info) if held(&info.file) => serving(&p.path, &info.file),
                 _ => true,
             })
             .collect();
@@ -304,7 +297,7 @@ impl Loader {
         planned: Vec<Planned>,
         previous: Option<&SiteServlets>,
         tier: Tier,
-        held: &[PathBuf],
+        held: &dyn Fn(&Path) -> bool,
     ) -> (Vec<Option<Loaded>>, Vec<Refused>) {
         enum Step<T> {
             /// Decided without compiling: what serves (reused, or the
@@ -336,8 +329,8 @@ impl Loader {
                 });
                 let step = match (old, refused_before) {
                     (Some(old), _)
-                        if held.contains(&info.file)
-                            || (old.servlet.stamp == stamp && *old.servlet.info() == *info) =>
+                        if *old.servlet.info() == *info
+                            && (old.servlet.stamp == stamp || held(&info.file)) =>
                     {
                         Step::Ready(Some(old.clone()), None)
                     }

@@ -97,6 +97,9 @@ impl GuestOutput {
     /// Logs what was written since the last call, a line per event.
     pub(crate) fn log(&self, servlet: &str, request_id: &str, stream: &'static str) {
         let (text, mut dropped) = self.take();
+        if text.is_empty() && dropped == 0 {
+            return;
+        }
         let _span = guest_span(servlet, request_id).entered();
         let mut spent = 0;
         for line in log_lines(&text) {
@@ -112,7 +115,11 @@ impl GuestOutput {
             }
         }
         if dropped > 0 {
-            tracing::warn!(%servlet, %request_id, stream, dropped, "guest output past the per-request cap was dropped");
+            tracing::warn!(
+                stream,
+                dropped,
+                "guest output past the per-request cap was dropped"
+            );
         }
     }
 }

@@ -291,6 +291,19 @@ fn is_url_segment(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'))
 }
 
+/// `file` with its folder resolved (links, `.`), as the reload's file
+/// events and a servlets folder's listing name it.
+pub(super) fn resolved(file: &Path) -> PathBuf {
+    let dir = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    match (dir.canonicalize(), file.file_name()) {
+        (Ok(dir), Some(name)) => dir.join(name),
+        _ => file.to_path_buf(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,10 +66,10 @@ impl Tried {
 }
 
 /// How long a refusal that may pass later answers for the same file and
-/// settings: a trial start slowed past its deadline by a busy reload is
-/// tried again at the next change after this (and holds up that reload
-/// for up to its `timeout`). Other refusals stand until the file or the
-/// settings change.
+/// settings: a trial start slowed past its deadline by a busy reload, or
+/// failed for want of a store, is tried again at the next change after
+/// this (one that loops holds up that reload for up to its `timeout`).
+/// Other refusals stand until the file or the settings change.
 const REFUSAL_KEPT: std::time::Duration = std::time::Duration::from_secs(60);
 
 #[cfg(test)]
@@ -79,7 +79,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_start_out_of_time_is_tried_again_once_its_refusal_is_old() {
+    fn only_a_refusal_that_may_pass_later_is_tried_again_once_old() {
         let info = ServletInfo {
             name: "a".to_owned(),
             file: PathBuf::from("s/a.wasm"),
@@ -100,7 +100,8 @@ mod tests {
         // An invalid module: refused untried however long ago.
         assert!(recent.answers(&route, &info, None, false));
         assert!(old.answers(&route, &info, None, false));
-        // A start that ran out of time: tried again after REFUSAL_KEPT.
+        // A start that ran out of time or failed: tried again after
+        // REFUSAL_KEPT.
         assert!(recent.answers(&route, &info, None, true));
         assert!(!old.answers(&route, &info, None, true));
         // Other settings: tried.

@@ -279,7 +279,8 @@ impl Shared {
     }
 
     /// Adds `e`'s line to this thread's shard; true when that shard has
-    /// just reached half its room (time to wake the writer).
+    /// just reached half its room, in lines or in bytes (time to wake the
+    /// writer).
     fn log(&self, e: &Entry) -> bool {
         let shard = &self.shards[shard_index() % self.shards.len()];
         let mut shard = lock(shard);
@@ -292,6 +293,7 @@ impl Shared {
             return false;
         }
         let Shard { lines, clock } = &mut *shard;
+        let before = lines.text.len();
         let time = clock.of(e.time, self.format);
         match self.format {
             AccessLogFormat::Combined => combined(&mut lines.text, time, e),
@@ -300,7 +302,9 @@ impl Shared {
         lines.text.push(b'\n');
         let n = self.sequence.fetch_add(1, Ordering::Relaxed);
         lines.ends.push((n, lines.text.len()));
+        let half_bytes = self.per_shard_bytes / 2;
         lines.ends.len() == self.per_shard.div_ceil(2)
+            || (before < half_bytes && lines.text.len() >= half_bytes)
     }
 
     /// Swaps shard `i`'s lines for `spare` (empty); false if it had none.

@@ -277,6 +277,10 @@ impl Guest for ComponentGuest {
             {
                 return Err(DeadlineExceeded.into());
             }
+            if !host.deadline.yields_now() {
+                return Ok(UpdateDeadline::Continue(1));
+            }
+            crate::engine::spinning();
             // tokio's yield, not a bare wake: the worker polls its I/O
             // driver before the guest resumes, so a spinning guest cannot
             // keep the worker's other connections waiting for their reads

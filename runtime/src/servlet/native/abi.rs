@@ -234,7 +234,8 @@ fn log(mut caller: Caller<'_, Host>, level: i32, ptr: i32, len: i32) -> wasmtime
     // Capped per request like the guest's stdout and stderr, each line
     // costing its text and `LINE_COST`; a line at a time, control
     // characters escaped.
-    let _span = guest_span(&host.info.name, &host.request.request_id).entered();
+    // The span only for a line that is logged.
+    let mut span = None;
     for text in log_lines(bytes) {
         let cost = text.len() + LINE_COST;
         if host.logged + cost > OUTPUT_CAPTURE_BYTES {
@@ -242,6 +243,9 @@ fn log(mut caller: Caller<'_, Host>, level: i32, ptr: i32, len: i32) -> wasmtime
             continue;
         }
         host.logged += cost;
+        let _entered = span
+            .get_or_insert_with(|| guest_span(&host.info.name, &host.request.request_id))
+            .enter();
         match level {
             0 => tracing::error!("{text}"),
             1 => tracing::warn!("{text}"),

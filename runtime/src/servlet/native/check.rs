@@ -151,10 +151,12 @@ impl LoadError {
     }
 
     /// Whether the same file with the same settings might load later: a
-    /// start that ran out of time may have been slowed by the machine.
-    /// Every other lasting refusal is refused again untried.
+    /// start that ran out of time may have been slowed by the machine,
+    /// and one that failed may have met a store that was down. A module
+    /// that does not compile, or imports, exports or declares what swan
+    /// refuses, is refused again untried.
     pub fn may_pass_later(&self) -> bool {
-        matches!(self, LoadError::Slow { .. })
+        matches!(self, LoadError::Slow { .. } | LoadError::Instantiate { .. })
     }
 
     /// The file refused.
@@ -348,7 +350,7 @@ mod tests {
         let trap = wasmtime::format_err!("wasm trap: unreachable");
         let failed = LoadError::trial(PathBuf::from("s/a.wasm"), GuestError::Failed(trap));
         assert!(failed.is_lasting());
-        assert!(!failed.may_pass_later());
+        assert!(failed.may_pass_later());
         let slow = LoadError::trial(
             PathBuf::from("s/a.wasm"),
             GuestError::Failed(crate::servlet::deadline::DeadlineExceeded.into()),

@@ -153,9 +153,14 @@ impl Guest for NativeGuest {
         );
         store.limiter(|h| &mut h.limits);
         store.epoch_deadline_callback(|mut ctx| {
-            if ctx.data_mut().deadline.passed() {
+            let deadline = &mut ctx.data_mut().deadline;
+            if deadline.passed() {
                 return Err(DeadlineExceeded.into());
             }
+            if !deadline.yields_now() {
+                return Ok(UpdateDeadline::Continue(1));
+            }
+            crate::engine::spinning();
             // Yield to the worker's other tasks at every tick.
             // tokio's yield, not a bare wake: the worker polls its I/O
             // driver before the guest resumes, so a spinning guest cannot
