@@ -369,6 +369,17 @@ async fn a_module_written_in_place_goes_live_when_its_writer_closes_it() -> Resu
         .open(site.path().join("servlets/app.wasm"))?;
     std::io::Write::write_all(&mut writer, &version("new"))?;
     std::io::Write::flush(&mut writer)?;
+    // Writes to a module still open load nothing: no reload is recorded
+    // for them, however many come.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reloads = server.app().observe.recent_reloads().len();
+    for _ in 0..5 {
+        std::io::Seek::seek(&mut writer, std::io::SeekFrom::Start(0))?;
+        std::io::Write::write_all(&mut writer, &version("new"))?;
+        std::io::Write::flush(&mut writer)?;
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    assert_eq!(server.app().observe.recent_reloads().len(), reloads);
     // A new module being written in place is not routed until closed.
     let mut fresh = std::fs::File::create(site.path().join("servlets/fresh.wasm"))?;
     std::io::Write::write_all(&mut fresh, &version("fresh"))?;

@@ -181,6 +181,14 @@ fn run(
                 break;
             }
         }
+        // A site whose servlets saw nothing but writes to modules still
+        // open (an `scp` under way) has nothing to load yet: each such
+        // batch would otherwise be a reload that changes nothing.
+        for (site, writes_only) in batch.sites.iter_mut().zip(&batch.writes_only) {
+            if *writes_only {
+                site.servlets = false;
+            }
+        }
         note_writes(&mut batch, &mut writing);
         if batch.is_empty() {
             continue;
@@ -401,14 +409,11 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
                         .collect();
                     // What changed: which routes were added, replaced,
                     // removed (none when only files were reloaded).
-                    let changed_routes = new.servlets.changes_since(&site.servlets);
-                    // Servlets that came out as they were (a module still
-                    // being written, held): no reload to record.
-                    if !what.files && changed_routes.is_empty() && refused.is_empty() {
-                        return site.clone();
-                    }
                     changed = true;
-                    let changes = log_changes(&new.config.name, &changed_routes);
+                    let changes = log_changes(
+                        &new.config.name,
+                        &new.servlets.changes_since(&site.servlets),
+                    );
                     if what.servlets && !refused.is_empty() {
                         app.observe.reloaded(label, false, refused.join("; "));
                     } else {

@@ -306,6 +306,9 @@ pub(super) struct Batch {
     /// module copied in place is loaded once its writer closes it, never
     /// half-written.
     pub(super) writes: Vec<(PathBuf, usize, bool)>,
+    /// Per site: its servlets saw only writes to modules still open
+    /// (data written, no close, nothing else).
+    pub(super) writes_only: Vec<bool>,
 }
 
 impl Batch {
@@ -318,6 +321,7 @@ impl Batch {
                 };
                 sites
             ],
+            writes_only: vec![false; sites],
             ..Batch::default()
         }
     }
@@ -363,6 +367,7 @@ impl Batch {
                 .filter(|(_, dir)| path.starts_with(dir))
             {
                 self.sites[*i].servlets = true;
+                self.writes_only[*i] = false;
             }
             for (i, (root, servlets)) in watched.sites.iter().enumerate() {
                 if root.as_ref().is_some_and(|r| path.starts_with(r)) {
@@ -374,7 +379,9 @@ impl Batch {
                         .components()
                         .any(|c| c.as_os_str() == crate::servlet::BUILD_FOLDER)
                 {
+                    let first = !self.sites[i].servlets;
                     self.sites[i].servlets = true;
+                    let mut write = false;
                     if path.extension().is_some_and(|e| e == "wasm") {
                         // A write (not a creation: a link or a file
                         // made empty has no writer to wait for).
@@ -382,10 +389,12 @@ impl Batch {
                             EventKind::Access(_) => self.writes.push((path.clone(), i, false)),
                             EventKind::Modify(ModifyKind::Data(_)) => {
                                 self.writes.push((path.clone(), i, true));
+                                write = true;
                             }
                             _ => {}
                         }
                     }
+                    self.writes_only[i] = write && (first || self.writes_only[i]);
                 }
             }
         }

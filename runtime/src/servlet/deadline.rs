@@ -96,7 +96,13 @@ mod tests {
 
     #[test]
     fn ticks_cap_run_time_before_the_wall_clock() {
-        let mut d = Deadline::after(EPOCH_TICK * 3);
+        // Three ticks, and a wall clock far off (a test preempted for a
+        // tick's length must not reach it).
+        let mut d = Deadline {
+            at: Instant::now() + Duration::from_secs(60),
+            ticks_left: 3,
+            ticked: false,
+        };
         assert!(!d.passed());
         assert!(!d.passed());
         assert!(!d.passed());
