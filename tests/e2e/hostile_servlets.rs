@@ -76,16 +76,6 @@ async fn start_with(
     Ok((site, server))
 }
 
-fn refused(server: &TestServer) -> Vec<String> {
-    server
-        .app()
-        .sites
-        .load()
-        .iter()
-        .flat_map(|s| s.servlets.refused.iter().map(|r| r.error.to_string()))
-        .collect()
-}
-
 /// Starts a server on `modules` and checks it is up within a few
 /// deadlines (not never) with `start.wasm`, `init.wasm` and `probe.wasm`
 /// refused, each for a reason that says `why`.
@@ -100,7 +90,7 @@ async fn refused_within_their_deadline(
         "{:?}",
         started.elapsed()
     );
-    let reasons = refused(&server);
+    let reasons = server.refusals();
     for name in ["start.wasm", "init.wasm", "probe.wasm"] {
         assert!(
             reasons.iter().any(|r| r.contains(name) && r.contains(why)),
@@ -151,7 +141,7 @@ async fn modules_that_loop_while_loading_are_refused_within_their_deadline() -> 
     site.file("servlets/ok.wasm", modules[0].1.clone())?;
     assert!(
         eventually(WAIT, || async {
-            refused(&server).iter().any(|r| r.contains("ok.wasm"))
+            server.refusals().iter().any(|r| r.contains("ok.wasm"))
         })
         .await
     );
@@ -221,7 +211,7 @@ async fn modules_that_wait_in_a_host_call_while_loading_are_refused_within_their
     site.file("servlets/later.wasm", text_module("later"))?;
     assert!(
         eventually(WAIT, || async {
-            refused(&server).iter().any(|r| r.contains("late.wasm"))
+            server.refusals().iter().any(|r| r.contains("late.wasm"))
                 && server
                     .get("/later")
                     .await
@@ -268,7 +258,7 @@ async fn a_static_edit_goes_live_while_a_looping_module_is_refused() -> Result<(
     );
     assert!(
         eventually(WAIT, || async {
-            refused(&server).iter().any(|r| r.contains("slow.wasm"))
+            server.refusals().iter().any(|r| r.contains("slow.wasm"))
         })
         .await
     );
@@ -434,7 +424,7 @@ async fn a_file_that_is_not_binary_webassembly_is_refused_without_quoting_it() -
         })
         .await
     );
-    let refused = refused(&server);
+    let refused = server.refusals();
     assert!(
         refused
             .iter()

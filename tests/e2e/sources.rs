@@ -30,17 +30,6 @@ async fn start(site: &TestSite, server: &str) -> Result<TestServer> {
     TestServer::start_watching(config).await
 }
 
-/// Every servlet refusal of every site, as the status page lists them.
-fn refusals(server: &TestServer) -> Vec<String> {
-    server
-        .app()
-        .sites
-        .load()
-        .iter()
-        .flat_map(|s| s.servlets.refused.iter().map(|r| r.error.to_string()))
-        .collect()
-}
-
 async fn answer(server: &TestServer, path: &str) -> (StatusCode, String) {
     match server.get(path).await {
         Ok(r) => (r.status, r.text()),
@@ -86,7 +75,7 @@ async fn a_c_folder_is_built_at_start_rebuilt_on_change_and_a_broken_build_keeps
     // the compiler's first error and that the previous build serves (the
     // status page's list, `swan check`'s exit code, the banner's count),
     // and the reload's entry is "refused" with it.
-    let refusals = refusals(&server);
+    let refusals = server.refusals();
     assert!(
         refusals.iter().any(|r| r
             .contains("greet: the build failed (its previous build serves): ")
@@ -139,7 +128,7 @@ async fn in_development_mode_a_failed_build_shows_the_compiler_errors() -> Resul
     );
     // Refused with the compiler's first error, and not "its previous
     // build serves": in development mode the route shows the errors.
-    let refusals = refusals(&server);
+    let refusals = server.refusals();
     assert!(
         refusals
             .iter()

@@ -161,6 +161,16 @@ impl TestServer {
         &self.app
     }
 
+    /// Every servlet refusal of every site, as the status page lists them.
+    pub fn refusals(&self) -> Vec<String> {
+        self.app
+            .sites
+            .load()
+            .iter()
+            .flat_map(|s| s.servlets.refused.iter().map(|r| r.error.to_string()))
+            .collect()
+    }
+
     /// `http://127.0.0.1:PORT{path}`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)

@@ -399,6 +399,7 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
             let label = format!("{part} of site {}", site.config.name);
             match Site::refresh(&site.config, app.loader.as_ref(), Some(site), *what) {
                 Ok(new) => {
+                    changed = true;
                     // Only what this reload refused: a broken file left
                     // in the folder does not make every later deploy look
                     // refused.
@@ -409,7 +410,6 @@ fn refresh_sites_part(app: &App, touched: &[Refresh]) {
                         .collect();
                     // What changed: which routes were added, replaced,
                     // removed (none when only files were reloaded).
-                    changed = true;
                     let changes = log_changes(
                         &new.config.name,
                         &new.servlets.changes_since(&site.servlets),

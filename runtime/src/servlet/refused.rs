@@ -25,8 +25,9 @@ pub struct Refused {
     /// reload of the folder).
     pub fresh: bool,
     /// The route, settings and file stamp refused, and when: the same
-    /// again is not tried again for [`REFUSAL_KEPT`] (a start function that
-    /// loops to its deadline would hold up every reload of the folder).
+    /// again is not tried again (for [`REFUSAL_KEPT`] if the refusal may
+    /// pass later): a start function that loops to its deadline would
+    /// hold up every reload of the folder.
     pub(super) tried: Option<Tried>,
 }
 

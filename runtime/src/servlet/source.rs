@@ -48,41 +48,6 @@ pub struct BuildError {
     pub output: String,
 }
 
-#[cfg(test)]
-mod summary_tests {
-    use super::BuildError;
-
-    fn summary(output: &str) -> String {
-        BuildError {
-            name: "x".to_owned(),
-            output: output.to_owned(),
-        }
-        .summary()
-    }
-
-    #[test]
-    fn the_summary_is_the_first_real_error_or_the_kill() {
-        assert_eq!(
-            summary(
-                "   Compiling thiserror v2.0.1\nwarning: unused import: `std::error::Error`\nerror[E0425]: cannot find value `x`\n --> src/lib.rs:3:5\n"
-            ),
-            "error[E0425]: cannot find value `x`"
-        );
-        assert_eq!(
-            summary("main.c:1:13: error: expected parameter declarator\n1 error generated.\n"),
-            "main.c:1:13: error: expected parameter declarator"
-        );
-        assert_eq!(
-            summary("error: something\nbuild killed after 8s (build_timeout)\n"),
-            "build killed after 8s (build_timeout)"
-        );
-        assert_eq!(
-            summary("clang not found; install it"),
-            "clang not found; install it"
-        );
-    }
-}
-
 impl BuildError {
     /// One line for the log and the status page: why the build was
     /// killed (a timeout), else the compiler's first error (a line that
@@ -588,4 +553,39 @@ fn rust_artefact(dir: &Path) -> Result<String, String> {
         .and_then(|n| n.as_str())
         .ok_or("Cargo.toml has no package name")?;
     Ok(format!("{}.wasm", name.replace('-', "_")))
+}
+
+#[cfg(test)]
+mod summary_tests {
+    use super::BuildError;
+
+    fn summary(output: &str) -> String {
+        BuildError {
+            name: "x".to_owned(),
+            output: output.to_owned(),
+        }
+        .summary()
+    }
+
+    #[test]
+    fn the_summary_is_the_first_real_error_or_the_kill() {
+        assert_eq!(
+            summary(
+                "   Compiling thiserror v2.0.1\nwarning: unused import: `std::error::Error`\nerror[E0425]: cannot find value `x`\n --> src/lib.rs:3:5\n"
+            ),
+            "error[E0425]: cannot find value `x`"
+        );
+        assert_eq!(
+            summary("main.c:1:13: error: expected parameter declarator\n1 error generated.\n"),
+            "main.c:1:13: error: expected parameter declarator"
+        );
+        assert_eq!(
+            summary("error: something\nbuild killed after 8s (build_timeout)\n"),
+            "build killed after 8s (build_timeout)"
+        );
+        assert_eq!(
+            summary("clang not found; install it"),
+            "clang not found; install it"
+        );
+    }
 }

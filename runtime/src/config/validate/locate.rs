@@ -43,7 +43,7 @@ pub(crate) fn locate(
                 ),
                 At::SiteName(i) => (
                     format!("site[{}].name", index(i)),
-                    site.map(|s| Origin::File(s.name.clone().unwrap_or(s.table.clone()))),
+                    site.map(|s| Origin::File(s.name.clone().unwrap_or_else(|| s.table.clone()))),
                 ),
                 At::SiteHost(i, h) => (
                     format!("site[{}].hosts", index(i)),
@@ -124,7 +124,9 @@ pub(crate) fn locate(
                     let store = positions.stores.get(n);
                     (
                         format!("store[{}].name", store.map_or(n, |s| s.index)),
-                        store.map(|s| Origin::File(s.name.clone().unwrap_or(s.table.clone()))),
+                        store.map(|s| {
+                            Origin::File(s.name.clone().unwrap_or_else(|| s.table.clone()))
+                        }),
                     )
                 }
                 At::StorePath(n) => {

@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use http::{Request, Response};
 use http_body::Body as HttpBody;
 use tokio::sync::oneshot;
+use wasmtime::Store;
 use wasmtime::component::Component;
-use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi_config::WasiConfigVariables;
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
@@ -277,18 +277,7 @@ impl Guest for ComponentGuest {
             {
                 return Err(DeadlineExceeded.into());
             }
-            if !host.deadline.yields_now() {
-                return Ok(UpdateDeadline::Continue(1));
-            }
-            crate::engine::spinning();
-            // tokio's yield, not a bare wake: the worker polls its I/O
-            // driver before the guest resumes, so a spinning guest cannot
-            // keep the worker's other connections waiting for their reads
-            // (a bare wake polled it only every 61 ticks, about 300 ms).
-            Ok(UpdateDeadline::YieldCustom(
-                1,
-                Box::pin(tokio::task::yield_now()),
-            ))
+            Ok(host.deadline.at_tick())
         });
         // Coming back from a host call starts a fresh tick: a wait that
         // spanned a tick does not make the callback run at once.

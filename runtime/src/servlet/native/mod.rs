@@ -50,7 +50,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 use http_body::Body as HttpBody;
-use wasmtime::{Instance, InstancePre, Linker, Store, TypedFunc, UpdateDeadline};
+use wasmtime::{Instance, InstancePre, Linker, Store, TypedFunc};
 
 pub use abi::ABI_VERSION;
 pub use check::LoadError;
@@ -157,19 +157,7 @@ impl Guest for NativeGuest {
             if deadline.passed() {
                 return Err(DeadlineExceeded.into());
             }
-            if !deadline.yields_now() {
-                return Ok(UpdateDeadline::Continue(1));
-            }
-            crate::engine::spinning();
-            // Yield to the worker's other tasks at every tick.
-            // tokio's yield, not a bare wake: the worker polls its I/O
-            // driver before the guest resumes, so a spinning guest cannot
-            // keep the worker's other connections waiting for their reads
-            // (a bare wake polled it only every 61 ticks, about 300 ms).
-            Ok(UpdateDeadline::YieldCustom(
-                1,
-                Box::pin(tokio::task::yield_now()),
-            ))
+            Ok(deadline.at_tick())
         });
         // Start functions and `_initialize` run under the same deadline as
         // a request, and the same wall clock for a host call that waits.
