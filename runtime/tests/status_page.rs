@@ -22,8 +22,9 @@ const TRAP: &str = r#"(module
   (func (export "swan_abi_version") (result i32) i32.const 1)
   (func (export "swan_handle") (result i32) unreachable))"#;
 
-fn chromium() -> Command {
-    let profile = std::env::temp_dir().join(format!("swan-chromium-{}", std::process::id()));
+/// Headless Chromium with its profile in `profile`, a folder the test
+/// owns and removes.
+fn chromium(profile: &std::path::Path) -> Command {
     let mut c = Command::new("chromium");
     c.args([
         "--headless=new",
@@ -96,7 +97,8 @@ fn the_status_page_renders_in_a_real_browser() {
     }
 
     let url = format!("http://{admin}/");
-    let out = chromium()
+    let profile = tempfile::tempdir().expect("chromium profile");
+    let out = chromium(profile.path())
         .args(["--dump-dom", "--virtual-time-budget=2000"])
         .arg(&url)
         .output()
@@ -142,7 +144,7 @@ fn the_status_page_renders_in_a_real_browser() {
         assert!(!dom.contains(attr), "external asset ({attr}): {dom}");
     }
     if let Some(file) = std::env::var_os("SWAN_SCREENSHOT") {
-        let shot = chromium()
+        let shot = chromium(profile.path())
             .arg(format!(
                 "--screenshot={}",
                 std::path::Path::new(&file).display()

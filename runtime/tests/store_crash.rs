@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{get, serve_in, site, stop};
+use support::{get, serve_in, site, start, stop};
 
 /// `GET /put?KEY` stores KEY in `default` and answers "stored" only once
 /// `kv_set` returned success; anything else answers "failed".
@@ -343,4 +343,60 @@ fn a_full_disk_refuses_writes_but_not_reads() {
         assert_eq!(body(&get(&addr, &format!("/has?{key}"))), "yes", "{key}");
     }
     stop(child);
+}
+
+/// A store file the system will not write (as after ext4's
+/// `errors=remount-ro`; here an immutable file, as root) refuses writes
+/// but goes on answering reads: the database stays open rather than being
+/// closed for a reopen that cannot succeed. Writable again: writes work
+/// with no restart, and `/readyz` recovers.
+#[test]
+fn an_unwritable_store_file_refuses_writes_but_not_reads() {
+    let dir = big_and_has_site("[admin]\nlisten = \"127.0.0.1:0\"\n");
+    let s = start(dir.path(), &[], true);
+    let (addr, admin) = (&s.urls[0], s.admin.as_deref().expect("admin"));
+    assert_eq!(body(&get(addr, "/big?before")), "stored");
+    let file = dir.path().join("data/default.redb");
+    let chattr = |flag: &str| {
+        Command::new("chattr")
+            .arg(flag)
+            .arg(&file)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    assert!(chattr("+i"), "chattr +i needs root and a file system with attributes");
+    struct Mutable<'a>(&'a dyn Fn(&str) -> bool);
+    impl Drop for Mutable<'_> {
+        fn drop(&mut self) {
+            (self.0)("-i");
+        }
+    }
+    let _mutable = Mutable(&chattr);
+    assert_eq!(body(&get(addr, "/big?refused")), "unavailable");
+    // Reads, over several of the writer's once-a-second probes, with
+    // writes failing between them.
+    for n in 0..25 {
+        assert_eq!(body(&get(addr, "/has?before")), "yes", "read {n}");
+        if n % 5 == 0 {
+            assert_eq!(body(&get(addr, &format!("/big?again{n}"))), "unavailable");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let reply = get(admin, "/readyz");
+    assert_eq!(support::status_of(&reply), 503, "{reply}");
+    assert!(chattr("-i"), "chattr -i");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while body(&get(addr, "/big?after")) != "stored" {
+        if Instant::now() > deadline {
+            panic!("the store never worked again: {}", stop(s.child));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while support::status_of(&get(admin, "/readyz")) != 200 {
+        assert!(Instant::now() < deadline, "/readyz never recovered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(body(&get(addr, "/has?before")), "yes");
+    stop(s.child);
 }

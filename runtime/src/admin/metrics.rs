@@ -16,6 +16,7 @@ use crate::app::App;
 use crate::observe::Readiness;
 use crate::observe::counters::{LATENCY_BUCKETS, RouteTotals, STATUS_CLASSES};
 use crate::servlet::Target;
+use crate::servlet::stats::OUTBOUND_REFUSALS;
 
 /// The label pairs of one sample.
 type Labels = Vec<(&'static str, String)>;
@@ -307,6 +308,7 @@ impl Collector for Snapshot {
 
         // Servlets: one sample per loaded servlet (reset when it reloads).
         let mut info = Vec::new();
+        let (mut outbound_refused, mut outbound_failed) = (Vec::new(), Vec::new());
         let (
             mut made,
             mut ready,
@@ -347,6 +349,12 @@ impl Collector for Snapshot {
                 traps.push((l.clone(), st.traps.get() as f64));
                 timeouts.push((l.clone(), st.timeouts.get() as f64));
                 busy.push((l.clone(), st.busy.get() as f64));
+                for (reason, n) in OUTBOUND_REFUSALS.iter().zip(&st.outbound_refused) {
+                    let mut r = l.clone();
+                    r.push(("reason", (*reason).to_owned()));
+                    outbound_refused.push((r, n.get() as f64));
+                }
+                outbound_failed.push((l.clone(), st.outbound_failed.get() as f64));
                 reuse.push((l.clone(), f64::from(s.info().limits.reuse)));
                 compile.push((l, s.compile_time().as_secs_f64()));
             }
@@ -406,6 +414,20 @@ impl Collector for Snapshot {
             "Requests that found no free instance (503)",
             MetricType::Counter,
             &busy,
+        )?;
+        family(
+            &mut e,
+            "servlet_outbound_refused",
+            "Outbound requests refused before connecting, by reason (invalid_url, denied, private_address, concurrency)",
+            MetricType::Counter,
+            &outbound_refused,
+        )?;
+        family(
+            &mut e,
+            "servlet_outbound_failed",
+            "Outbound requests that failed before their response head (connection, timeout, a broken answer)",
+            MetricType::Counter,
+            &outbound_failed,
         )?;
         family(
             &mut e,

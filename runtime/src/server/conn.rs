@@ -240,7 +240,7 @@ pub(crate) async fn serve<S>(
     builders: Arc<Builders>,
     shutdown: watch::Receiver<bool>,
     limits: Limits,
-    _slot: Slot,
+    slot: Slot,
 ) where
     S: AsyncRead + AsyncWrite + AsRawFd + std::os::fd::AsFd + Unpin + Send + 'static,
 {
@@ -270,6 +270,7 @@ pub(crate) async fn serve<S>(
         protocol,
         shutdown,
         limits,
+        &slot,
     )
     .await;
     ended_with(ended, &state, &observe, peer);
@@ -408,6 +409,7 @@ pub(crate) async fn drive<S, Svc>(
     protocol: Protocol<'_>,
     shutdown: watch::Receiver<bool>,
     limits: Limits,
+    slot: &Slot,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 where
     S: AsyncRead + AsyncWrite + super::sendfile::Target + Unpin + Send + 'static,
@@ -426,23 +428,14 @@ where
             let graceful = |conn: Pin<&mut _>| auto::Connection::graceful_shutdown(conn);
             // HTTP/2 notices its client leaving by itself.
             let gone = ClientGone::unwatched(state.clone());
-            supervise(conn, graceful, state, remote, gone, shutdown, limits)
-                .await
-                .map(drop)
+            let watched = Watch { state, gone, shutdown, limits, slot };
+            supervise(conn, graceful, remote, watched).await.map(drop)
         }
         Protocol::Http1(builder, gone) => {
             let mut conn = Box::pin(builder.serve_connection(io, service));
             let graceful = |conn: Pin<&mut _>| http1::Connection::graceful_shutdown(conn);
-            let ended = supervise(
-                conn.as_mut(),
-                graceful,
-                state,
-                remote,
-                gone,
-                shutdown,
-                limits,
-            )
-            .await?;
+            let watched = Watch { state, gone, shutdown, limits, slot };
+            let ended = supervise(conn.as_mut(), graceful, remote, watched).await?;
             // hyper closed it (`Connection: close`, a bad request, an
             // answer such as 413 given before the body was read): linger,
             // as on plain TCP, so the client reads the answer.
@@ -466,21 +459,36 @@ enum Ended {
     ClientLeft,
 }
 
+/// What a supervised connection is watched with.
+struct Watch<'a> {
+    state: Arc<ConnState>,
+    gone: ClientGone,
+    shutdown: watch::Receiver<bool>,
+    limits: Limits,
+    /// Its place in `max_connections`, which it gives up when idle
+    /// between requests and a new connection waits for one.
+    slot: &'a Slot,
+}
+
 /// Runs `conn` under its watchdog and the server's drain: `graceful` asks
 /// it to finish its current exchange and close.
 async fn supervise<C, E>(
     mut conn: Pin<&mut C>,
     graceful: impl Fn(Pin<&mut C>),
-    state: Arc<ConnState>,
     remote: std::net::SocketAddr,
-    mut gone: ClientGone,
-    mut shutdown: watch::Receiver<bool>,
-    limits: Limits,
+    watched: Watch<'_>,
 ) -> Result<Ended, Box<dyn std::error::Error + Send + Sync>>
 where
     C: std::future::Future<Output = Result<(), E>>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let Watch {
+        state,
+        mut gone,
+        mut shutdown,
+        limits,
+        slot,
+    } = watched;
     let mut closing = false;
     let mut watchdog = Box::pin(watch(state.clone(), limits, false, false));
     let mut linger = Linger::default();
@@ -502,6 +510,19 @@ where
                 graceful(conn.as_mut());
                 closing = true;
                 watchdog = Box::pin(watch(state.clone(), limits, true, false));
+            }
+            // At `max_connections`, an idle keep-alive connection (HTTP/2
+            // with no stream open, or HTTP/1 over TLS between requests)
+            // closes to make room, as a parked one does; HTTP/2 with a
+            // GOAWAY, so a stream the client opens meanwhile is refused
+            // unprocessed, safe to retry.
+            () = slot.room_wanted(), if !closing => {
+                if state.idle_keep_alive() {
+                    tracing::debug!(%remote, "max_connections reached: an idle keep-alive connection closes to make room");
+                    graceful(conn.as_mut());
+                    closing = true;
+                    watchdog = Box::pin(watch(state.clone(), limits, true, false));
+                }
             }
             verdict = &mut watchdog => match verdict {
                 Verdict::Idle if !closing => {

@@ -105,6 +105,7 @@ pub(crate) async fn serve(
                     conn::Protocol::Detect(&builders.auto),
                     shutdown,
                     limits,
+                    &slot,
                 ))
                 .await;
                 conn::ended_with(ended, &state, &observe, peer);

@@ -15,6 +15,13 @@ use crate::request::RequestError;
 /// host holds them outside the guest's `max_memory`.
 pub(crate) const HEADER_SET_LIMIT: usize = 64 << 10;
 
+/// The most bytes one WASI random call (`random_get`, `get-random-bytes`)
+/// may ask for; past it the guest traps. The host fills the buffer on the
+/// worker thread without yielding (about 7 ms a MiB), so wasmtime's own
+/// cap, 64 MiB, stalled the worker's other connections for 400 ms; keys
+/// and seeds are bytes, and a guest wanting more calls again.
+pub(crate) const MAX_RANDOM_BYTES: u64 = 1 << 20;
+
 /// A kind of guest.
 pub(crate) trait Guest: Send + Sync + Sized + 'static {
     /// One live instance, ready for a request.

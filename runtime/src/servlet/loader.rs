@@ -168,6 +168,7 @@ impl Loader {
                     &self.components,
                     &self.stores,
                     info.clone(),
+                    stats.clone(),
                     &bytes,
                     t,
                 )
@@ -184,6 +185,7 @@ impl Loader {
                     &self.native,
                     &self.stores,
                     info.clone(),
+                    stats.clone(),
                     &bytes,
                     t,
                 )

@@ -33,6 +33,7 @@ use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 use crate::config::{OutboundRule, canonical_host};
 use crate::observe::throttle::Throttle;
 use crate::servlet::ServletInfo;
+use crate::servlet::stats::ServletStats;
 
 /// What one servlet may reach, and how.
 #[derive(Debug)]
@@ -50,6 +51,8 @@ pub(crate) struct Outbound {
     first_byte_timeout: Duration,
     total_timeout: Duration,
     in_flight: Arc<Semaphore>,
+    /// Where refusals and failures are counted.
+    stats: Arc<ServletStats>,
 }
 
 /// The cap on outbound requests in flight of the servlet compiled from
@@ -84,9 +87,25 @@ struct Destination {
     literal: Option<IpAddr>,
 }
 
+impl Destination {
+    /// `host[:port]` as the Host header gives it: an IPv6 address in
+    /// brackets, the port only when it is not the scheme's default.
+    fn authority(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        match (self.tls, self.port) {
+            (true, 443) | (false, 80) => host,
+            (_, port) => format!("{host}:{port}"),
+        }
+    }
+}
+
 impl Outbound {
     /// The rules and limits of `servlet`.
-    pub(crate) fn new(servlet: &ServletInfo) -> Outbound {
+    pub(crate) fn new(servlet: &ServletInfo, stats: Arc<ServletStats>) -> Outbound {
         let (limits, file) = (&servlet.limits, &servlet.file);
         Outbound {
             servlet: servlet.name.clone(),
@@ -98,6 +117,7 @@ impl Outbound {
             first_byte_timeout: limits.outbound.first_byte_timeout,
             total_timeout: limits.outbound.timeout,
             in_flight: shared_cap(file, limits.outbound.max_concurrency as usize),
+            stats,
         }
     }
 
@@ -256,12 +276,14 @@ impl Outbound {
                 (3, "max_outbound_concurrency requests already in flight")
             }
             e => {
+                self.stats.outbound_failed.add(1);
                 if let Some(more) = self.failures.allow() {
                     tracing::info!(%servlet, request_id, %to, error = %e, more, "outbound request failed");
                 }
                 return;
             }
         };
+        self.stats.outbound_refused[kind].add(1);
         if let Some(more) = self.refusals[kind].allow() {
             tracing::warn!(%servlet, request_id, %to, more, "outbound request refused: {why}");
         }
@@ -318,19 +340,19 @@ impl Outbound {
         .map_err(|_| Error::ConnectionTimeout)??;
         let first_byte = first_byte.min(deadline.saturating_duration_since(Instant::now()));
         // On the wire the target is origin-form; the Host header carries
-        // the authority (wasi:http sets it; the native ABI call does too),
-        // never a user-info part (`user@host`), which names no host.
-        if let Some(authority) = req.uri().authority()
-            && let Some((_, host)) = authority.as_str().rsplit_once('@')
-            && let Ok(host) = http::HeaderValue::from_str(host)
-        {
+        // the destination as checked, in canonical form: never a user-info
+        // part (`user@host`), and never a spelling the rules would not
+        // accept (`[127.0.0.1]`, `:+80`, `:080`) that an upstream might
+        // route to another site.
+        if let Ok(host) = http::HeaderValue::from_str(&dest.authority()) {
             req.headers_mut().insert(http::header::HOST, host);
         }
-        let path = req
-            .uri()
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_owned();
+        let path = match req.uri().path_and_query().map(|p| p.as_str()) {
+            // `http://host?q`: the path is empty, the target `/?q`.
+            Some(p) if p.starts_with('?') => format!("/{p}"),
+            Some(p) if !p.is_empty() => p.to_owned(),
+            _ => "/".to_owned(),
+        };
         *req.uri_mut() = http::Uri::try_from(path).map_err(|_| Error::HttpRequestUriInvalid)?;
         let req = req.map(|b| b.map_err(|e| Error::InternalError(Some(e.into().to_string()))));
         let mut conn = Box::pin(conn);

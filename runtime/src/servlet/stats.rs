@@ -29,6 +29,11 @@ pub struct RecentError {
     pub what: String,
 }
 
+/// Why an outbound request was refused, as `swan_servlet_outbound_refused`
+/// labels it: a URL that is not absolute http(s), no rule allowing the
+/// destination, a non-public address, `max_outbound_concurrency` reached.
+pub const OUTBOUND_REFUSALS: [&str; 4] = ["invalid_url", "denied", "private_address", "concurrency"];
+
 /// A servlet's counters.
 #[derive(Debug, Default)]
 pub struct ServletStats {
@@ -41,6 +46,12 @@ pub struct ServletStats {
     pub timeouts: Counter,
     /// Requests that found no free instance in time (503).
     pub busy: Counter,
+    /// Outbound requests refused before any connection, by reason (in
+    /// the order of [`OUTBOUND_REFUSALS`]).
+    pub outbound_refused: [Counter; 4],
+    /// Outbound requests that failed before their response head (the
+    /// upstream: no connection, a timeout, a broken answer).
+    pub outbound_failed: Counter,
     /// The route's request counters, looked up once.
     pub requests: OnceLock<Arc<RouteCounters>>,
     recent: Mutex<VecDeque<RecentError>>,

@@ -269,6 +269,9 @@ pub(crate) struct GuestBody {
     /// Bytes the guest's own `Content-Length` still allows: hyper would
     /// cut a longer body to it and end the response as complete.
     declared: Option<u64>,
+    /// What [`GuestBody::failed_before_any_byte`] read: the first frame
+    /// (`None`: the end), handed on first.
+    peeked: Option<Option<Frame<Bytes>>>,
 }
 
 impl GuestBody {
@@ -287,6 +290,70 @@ impl GuestBody {
             tally: Some(ends.tally),
             room: limit,
             declared,
+            peeked: None,
+        }
+    }
+
+    /// Whether the body has already failed, before the head is sent: its
+    /// first frame, if the guest has written it, is read now (without
+    /// waiting) and checked. A frame that passes is kept for hyper.
+    pub(crate) fn failed_before_any_byte(&mut self) -> Option<String> {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match self.step(&mut cx) {
+            Poll::Pending => None,
+            Poll::Ready(Some(Err(why))) => {
+                // Counted and logged as an answer that never was.
+                self.tally = None;
+                Some(why)
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                self.peeked = Some(Some(frame));
+                None
+            }
+            Poll::Ready(None) => {
+                self.peeked = Some(None);
+                None
+            }
+        }
+    }
+
+    /// The next frame, checked against the limits; `Err` is why the body
+    /// fails.
+    fn step(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, String>>> {
+        use tokio::sync::oneshot::error::TryRecvError;
+        match ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+                // Past the route's limit or the guest's own length: the
+                // response is cut off as an abort, never as a
+                // complete-looking one.
+                let past = if !spend(&mut self.room, n) {
+                    Some("max_response_bytes")
+                } else if !spend(&mut self.declared, n) {
+                    Some("its Content-Length")
+                } else {
+                    None
+                };
+                if let Some(what) = past {
+                    self.task.abort();
+                    return Poll::Ready(Some(Err(format!("the response body grew past {what}"))));
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(e)) => Poll::Ready(Some(Err(e.to_string()))),
+            // The body can end early only because the store was dropped,
+            // and the task sends its outcome before dropping it: an end
+            // with a failed (or vanished) outcome is an abort.
+            None => match self.outcome.try_recv() {
+                Ok(Ok(())) | Err(TryRecvError::Empty) => {
+                    self.ended = true;
+                    Poll::Ready(None)
+                }
+                Ok(Err(e)) => Poll::Ready(Some(Err(e))),
+                Err(TryRecvError::Closed) => {
+                    Poll::Ready(Some(Err("the guest task ended".to_owned())))
+                }
+            },
         }
     }
 
@@ -319,44 +386,22 @@ impl HttpBody for GuestBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
-        use tokio::sync::oneshot::error::TryRecvError;
         let this = self.get_mut();
-        match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
-            Some(Ok(frame)) => {
-                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
-                // Past the route's limit or the guest's own length: the
-                // response is cut off as an abort, never as a
-                // complete-looking one.
-                let past = if !spend(&mut this.room, n) {
-                    Some("max_response_bytes")
-                } else if !spend(&mut this.declared, n) {
-                    Some("its Content-Length")
-                } else {
-                    None
-                };
-                if let Some(what) = past {
-                    this.task.abort();
-                    return this.fail(format!("the response body grew past {what}"));
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Some(Err(e)) => this.fail(e.to_string()),
-            // The body can end early only because the store was dropped,
-            // and the task sends its outcome before dropping it: an end
-            // with a failed (or vanished) outcome is an abort.
-            None => match this.outcome.try_recv() {
-                Ok(Ok(())) | Err(TryRecvError::Empty) => {
-                    this.ended = true;
-                    Poll::Ready(None)
-                }
-                Ok(Err(e)) => this.fail(e),
-                Err(TryRecvError::Closed) => this.fail("the guest task ended".to_owned()),
-            },
+        if let Some(peeked) = this.peeked.take() {
+            return Poll::Ready(peeked.map(Ok));
+        }
+        match ready!(this.step(cx)) {
+            Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
+            Some(Err(why)) => this.fail(why),
+            None => Poll::Ready(None),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.peeked {
+            Some(peeked) => peeked.is_none(),
+            None => self.inner.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -71,6 +71,7 @@ impl ComponentHost {
             .stdout(stdout.clone())
             .stderr(stderr.clone())
             .envs(&info.settings)
+            .max_random_size(crate::servlet::guest::MAX_RANDOM_BYTES)
             .build();
         let max_memory = info.limits.max_memory as usize;
         let each = StoreLimitsBuilder::new()

@@ -138,6 +138,7 @@ pub(crate) fn load(
     linkers: &Linkers,
     stores: &Arc<Stores>,
     info: Arc<ServletInfo>,
+    stats: Arc<crate::servlet::stats::ServletStats>,
     bytes: &[u8],
     tier: Tier,
 ) -> Result<(ComponentGuest, Tier), LoadError> {
@@ -223,7 +224,7 @@ pub(crate) fn load(
                 .map(|(k, v)| (k.as_str(), v.as_str()))
                 .collect(),
         ),
-        outbound: Arc::new(Outbound::new(&info)),
+        outbound: Arc::new(Outbound::new(&info, stats)),
         stores: stores.clone(),
         info,
         engine: engine.clone(),
@@ -318,6 +319,8 @@ impl Guest for ComponentGuest {
         ctx: &CallContext<'_>,
     ) -> Result<Response<Body>, RequestError> {
         let id = ctx.id.to_string();
+        // Answers whose body hyper never sends (nor reads).
+        let head_only = input.req.method() == http::Method::HEAD;
         let stats = lease.stats();
         let Some(instance) = lease.instance() else {
             return Err(RequestError::fault("no instance"));
@@ -539,10 +542,22 @@ impl Guest for ComponentGuest {
                     outcome: outcome_rx,
                     task: abort,
                     sent,
-                    tally: (stats, id, self.info.clone()),
+                    tally: (stats, id.clone(), self.info.clone()),
                 };
-                let res = res.map(|b| Body::stream(GuestBody::new(b, ends, limit, declared)));
-                Ok(res)
+                let (head, body) = res.into_parts();
+                let bodyless = head_only || crate::body::status_has_no_body(head.status);
+                let mut body = GuestBody::new(body, ends, limit, declared);
+                // Its first bytes already past its own length or the
+                // route's limit: nothing has gone out, so a 500.
+                if let Some(failure) = (!bodyless)
+                    .then(|| body.failed_before_any_byte())
+                    .flatten()
+                {
+                    tracing::warn!(servlet = %self.info.name, request_id = %id, error = %failure, "component failed before its body's first byte");
+                    let store_down = store_down.load(Ordering::Relaxed);
+                    return Err(self.no_response(&failure, &input.verdict, store_down, &id));
+                }
+                Ok(http::Response::from_parts(head, Body::stream(body)))
             }
             Ok(Err(code)) => {
                 let _ = task.await;
@@ -553,7 +568,12 @@ impl Guest for ComponentGuest {
                 // returned without one.
                 let failure = match outcome_rx.await {
                     Ok(Err(e)) => e,
-                    Ok(Ok(())) => "returned without setting a response".to_owned(),
+                    Ok(Ok(())) => {
+                        // Not logged by the task (the guest returned):
+                        // said here, or the 500 would have no line.
+                        tracing::warn!(servlet = %self.info.name, request_id = %id, "component failed: returned without setting a response (one whose status or headers the host refused, a status out of range or a header name or value not allowed, is never set)");
+                        "returned without setting a response".to_owned()
+                    }
                     Err(_) => "the guest task ended".to_owned(),
                 };
                 let store_down = store_down.load(Ordering::Relaxed);

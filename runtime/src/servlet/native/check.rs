@@ -198,6 +198,7 @@ pub(crate) fn load(
     linkers: &Linkers,
     stores: &Arc<crate::store::Stores>,
     info: Arc<ServletInfo>,
+    stats: Arc<crate::servlet::stats::ServletStats>,
     bytes: &[u8],
     tier: Tier,
 ) -> Result<(NativeGuest, Tier), LoadError> {
@@ -218,7 +219,7 @@ pub(crate) fn load(
         })?;
     let guest = NativeGuest {
         pre,
-        outbound: Arc::new(crate::servlet::outbound::Outbound::new(&info)),
+        outbound: Arc::new(crate::servlet::outbound::Outbound::new(&info, stats)),
         stores: stores.clone(),
         info,
         engine: engine.clone(),

@@ -100,7 +100,8 @@ impl Host {
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(stdout.clone())
             .stderr(stderr.clone())
-            .envs(&info.settings);
+            .envs(&info.settings)
+            .max_random_size(crate::servlet::guest::MAX_RANDOM_BYTES);
         let limits = StoreLimitsBuilder::new()
             .memory_size(info.limits.max_memory as usize)
             .instances(1)

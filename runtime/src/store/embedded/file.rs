@@ -241,6 +241,18 @@ impl Shared {
     /// Closes the database (once readers are done with it) and opens its
     /// file again.
     fn reopen(&self) -> Result<Arc<Database>, StoreError> {
+        // A file the system will not open for writing (a disk remounted
+        // read-only after errors, an immutable file) cannot be reopened:
+        // closing the database would end the reads it still answers.
+        if self.db.load().is_some()
+            && let Err(e) = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&self.path)
+        {
+            self.in_trouble(format!("{}: {e}", self.path.display()), true);
+            return Err(self.unavailable());
+        }
         if let Some(mut old) = self.db.swap(None) {
             let deadline = Instant::now() + RETRY_OPEN;
             loop {

@@ -140,13 +140,17 @@ impl wasi::exports::http::incoming_handler::Guest for Faults {
                 let Ok(stream) = body.write() else { return };
                 let until = wasi::clocks::monotonic_clock::now() + n() as u64 * 1_000_000_000;
                 while wasi::clocks::monotonic_clock::now() < until {
-                    std::hint::black_box(wasi::random::random::get_random_bytes(8_000_000));
+                    std::hint::black_box(wasi::random::random::get_random_bytes(1_000_000));
                     if stream.blocking_write_and_flush(b"r").is_err() {
                         return;
                     }
                 }
                 drop(stream);
                 let _ = OutgoingBody::finish(body, None);
+            }
+            "/random" => {
+                let bytes = wasi::random::random::get_random_bytes(n() as u64);
+                respond(out, 200, bytes.len().to_string().as_bytes())
             }
             "/leak-in" => {
                 let Ok(body) = request.consume() else { return };
