@@ -39,6 +39,19 @@ async fn upstream_on(addr: &str) -> Result<SocketAddr> {
                     if req.uri().path() == "/slower" {
                         tokio::time::sleep(Duration::from_secs(6)).await;
                     }
+                    if req.uri().path() == "/echo-host" || req.uri().path() == "/" && req.uri().query().is_some() {
+                        let host = req
+                            .headers()
+                            .get_all(http::header::HOST)
+                            .iter()
+                            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                            .collect::<Vec<_>>()
+                            .join(",");
+                        let seen = format!("host={host} target={}", req.uri());
+                        return Ok(Response::new(http_body_util::Either::Right(Full::new(
+                            Bytes::from(seen),
+                        ))));
+                    }
                     if req.uri().path() == "/dribble" {
                         let (tx, rx) = tokio::sync::mpsc::channel::<
                             Result<hyper::body::Frame<Bytes>, Infallible>,
@@ -448,5 +461,68 @@ async fn an_upstream_certificate_no_root_vouches_for_is_a_certificate_error() ->
     assert!(answer.contains("TlsCertificateError"), "{answer}");
     let answer = fetch(&server, &format!("https://{up}/")).await?;
     assert!(answer.starts_with("error: "), "{answer}");
+    Ok(())
+}
+
+/// What goes on the wire is the destination as checked: a Host header in
+/// canonical form however the URL spelt the authority (`:0PORT` is the
+/// port the rules matched; an upstream must not see a spelling the rules
+/// would refuse), and `http://host?q` as the target `/?q`.
+#[tokio::test]
+async fn the_upstream_sees_the_checked_destination_in_canonical_form() -> Result<()> {
+    let up = upstream().await?;
+    let rules = format!("allowed_outbound_hosts = [\"http://{up}\"]");
+    let port = up.port();
+    assert_eq!(
+        native(&format!("http://127.0.0.1:0{port}/echo-host"), &rules).await?,
+        format!("200 host=127.0.0.1:{port} target=/echo-host")
+    );
+    assert_eq!(
+        native(&format!("http://127.0.0.1:{port}?x=1"), &rules).await?,
+        format!("200 host=127.0.0.1:{port} target=/?x=1")
+    );
+    let (_site, server) = start(&rules).await?;
+    assert_eq!(
+        fetch(&server, &format!("http://127.0.0.1:0{port}/echo-host")).await?,
+        format!("200 host=127.0.0.1:{port} target=/echo-host")
+    );
+    Ok(())
+}
+
+/// Refused outbound requests are counted per route and reason (what
+/// `swan_servlet_outbound_refused_total` shows), every one, however few
+/// of them the log's throttle lets through; failures apart.
+#[tokio::test]
+async fn refused_outbound_requests_are_counted_by_reason() -> Result<()> {
+    let up = upstream().await?;
+    let (_site, server) = start(&format!(
+        "allowed_outbound_hosts = [\"http://{up}\", \"http://localhost:{}\"]",
+        up.port()
+    ))
+    .await?;
+    for _ in 0..5 {
+        let answer = fetch(&server, &format!("http://127.0.0.1:{}/", up.port() + 1)).await?;
+        assert!(answer.contains("HttpRequestDenied"), "{answer}");
+    }
+    let answer = fetch(&server, &format!("http://localhost:{}/", up.port())).await?;
+    assert!(answer.contains("DestinationIpProhibited"), "{answer}");
+    let sites = server.app().sites.load();
+    let servlet = sites
+        .iter()
+        .next()
+        .and_then(|s| s.servlets.servlet_at("/f/fetch"))
+        .expect("the servlet");
+    let refused: Vec<u64> = servlet
+        .stats()
+        .outbound_refused
+        .iter()
+        .map(|c| c.get())
+        .collect();
+    assert_eq!(
+        swan::servlet::stats::OUTBOUND_REFUSALS,
+        ["invalid_url", "denied", "private_address", "concurrency"]
+    );
+    assert_eq!(refused, [0, 5, 1, 0]);
+    assert_eq!(servlet.stats().outbound_failed.get(), 0);
     Ok(())
 }
