@@ -314,7 +314,7 @@ fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour)
-        .with_writer(|| LogOutput)
+        .with_writer(move || LogOutput { ansi: colour })
         // A line that cannot be written is dropped: tracing's own report of
         // it would go to the same standard error, and panic there.
         .log_internal_errors(false)
@@ -325,12 +325,18 @@ fn init_tracing() {
 /// Standard error for the log. A line it cannot take (its reader went
 /// away: `swan serve 2>&1 | tee` stopped, a log collector restarting) is
 /// dropped, never an error that tracing reports, panics on, and aborts
-/// the whole server with.
-struct LogOutput;
+/// the whole server with. Each event comes whole (the formatter writes it
+/// with one `write_all`) and goes out as one line, whatever its fields
+/// carry (`observe::one_line`).
+struct LogOutput {
+    /// The formatter colours its lines: their ESC bytes pass.
+    ansi: bool,
+}
 
 impl std::io::Write for LogOutput {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line);
+        let out = swan::observe::one_line::one_line(line, self.ansi);
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), &out);
         Ok(line.len())
     }
 

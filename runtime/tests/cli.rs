@@ -1056,3 +1056,55 @@ fn a_404_page_over_max_file_size_is_named_in_the_log() {
     let log = stop(child);
     assert!(!log.contains("larger than max_file_size"), "{log}");
 }
+
+/// Nothing a file name or a module's contents carry can start a line of
+/// swan's own log: a servlet file whose name holds a line feed, and a
+/// module importing a name that holds one, are refused, and their
+/// refusals stay one line each, the line feed escaped.
+#[test]
+fn file_names_and_import_names_cannot_forge_log_lines() {
+    let dir = site();
+    let servlets = dir.path().join("servlets");
+    std::fs::create_dir(&servlets).expect("servlets");
+    std::fs::write(
+        servlets.join("x\n2026-01-01T00:00:00Z  INFO forged by a name.wasm"),
+        b"not a module",
+    )
+    .expect("name");
+    std::fs::write(
+        servlets.join("imports.wasm"),
+        wat::parse_str(
+            r#"(module (import "evil\0a2026-01-01T00:00:00Z  INFO forged by an import" "f" (func))
+                 (memory (export "memory") 1)
+                 (func (export "swan_abi_version") (result i32) i32.const 1)
+                 (func (export "swan_handle") (result i32) i32.const 0))"#,
+        )
+        .expect("wat"),
+    )
+    .expect("imports");
+    let mut command = swan();
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(dir.path().join("www"))
+        .arg("--servlets")
+        .arg(&servlets)
+        .env("RUST_LOG", "info");
+    let (mut child, _addr) = spawn_serving(command);
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut log)
+        .expect("log");
+    let _ = child.wait();
+    assert!(
+        !log.lines().any(|l| l.starts_with("2026-01-01")),
+        "a forged line: {log}"
+    );
+    assert!(log.contains("\\n2026-01-01T00:00:00Z  INFO forged by an import"), "{log}");
+    assert!(log.contains("forged by a name"), "{log}");
+}

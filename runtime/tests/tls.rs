@@ -220,6 +220,17 @@ async fn https_serves_h2_and_http1_reloads_its_certificate_and_redirects_plain_h
             .to_ascii_lowercase()
             .contains("strict-transport-security")
     );
+    // Raw bytes past ASCII in the target (hyper lets them in) go into the
+    // Location percent-encoded: a URI is ASCII.
+    let reply = raw(
+        &plain,
+        b"GET /caf\xc3\xa9?q=\xc3\xa9 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&reply), 308, "{reply}");
+    assert!(
+        reply.contains(&format!("location: https://localhost:{port}/caf%C3%A9?q=%C3%A9\r\n")),
+        "{reply}"
+    );
     // `OPTIONS *` has no path: its Location is the site's root.
     let reply = raw(
         &plain,

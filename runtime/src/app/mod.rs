@@ -371,6 +371,9 @@ impl App {
             .map(|p| p.as_str())
             .filter(|t| t.starts_with('/'))
             .unwrap_or("/");
+        // A URI is ASCII: raw bytes past it (which hyper lets into the
+        // target) go percent-encoded, as a browser would send them.
+        let target = ascii_target(target);
         let location = if port == 443 {
             format!("https://{name}{target}")
         } else {
@@ -516,6 +519,23 @@ fn error_response(e: RequestError, site: &Site, head: bool, id: RequestId) -> Re
         *res.body_mut() = Body::empty();
     }
     res
+}
+
+/// `target` with every byte past ASCII percent-encoded (`%C3%A9`); the
+/// rest, `%` escapes included, as it was.
+fn ascii_target(target: &str) -> std::borrow::Cow<'_, str> {
+    if target.is_ascii() {
+        return std::borrow::Cow::Borrowed(target);
+    }
+    let mut out = String::with_capacity(target.len() + 16);
+    for b in target.bytes() {
+        if b.is_ascii() {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 pub mod access_log;
 pub mod counters;
 mod log_line;
+pub mod one_line;
 pub(crate) mod throttle;
 
 use std::collections::{HashMap, VecDeque};
