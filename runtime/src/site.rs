@@ -63,7 +63,12 @@ impl Site {
                 } else {
                     ""
                 };
-                tracing::error!(site = %config.name, "servlet refused: {}{previous}", r.error);
+                match r.route() {
+                    Some(route) => {
+                        tracing::error!(site = %config.name, %route, "servlet refused: {}{previous}", r.error);
+                    }
+                    None => tracing::error!(site = %config.name, "servlet refused: {}{previous}", r.error),
+                }
             }
         }
         if what.servlets || previous.is_none() {

@@ -40,6 +40,14 @@ pub(super) struct Tried {
     pub(super) at: std::time::Instant,
 }
 
+impl Refused {
+    /// The route refused, when the refusal is a route's (not a name no
+    /// route can have, or a failed build).
+    pub fn route(&self) -> Option<&RoutePath> {
+        self.tried.as_ref().map(|t| &t.route)
+    }
+}
+
 impl Tried {
     /// Whether loading `info` at `route` from a file stamped `stamp` is
     /// what was refused, and is refused again untried: always, unless
