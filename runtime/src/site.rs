@@ -67,7 +67,9 @@ impl Site {
                     Some(route) => {
                         tracing::error!(site = %config.name, %route, "servlet refused: {}{previous}", r.error);
                     }
-                    None => tracing::error!(site = %config.name, "servlet refused: {}{previous}", r.error),
+                    None => {
+                        tracing::error!(site = %config.name, "servlet refused: {}{previous}", r.error)
+                    }
                 }
             }
         }

@@ -1105,6 +1105,9 @@ fn file_names_and_import_names_cannot_forge_log_lines() {
         !log.lines().any(|l| l.starts_with("2026-01-01")),
         "a forged line: {log}"
     );
-    assert!(log.contains("\\n2026-01-01T00:00:00Z  INFO forged by an import"), "{log}");
+    assert!(
+        log.contains("\\n2026-01-01T00:00:00Z  INFO forged by an import"),
+        "{log}"
+    );
     assert!(log.contains("forged by a name"), "{log}");
 }

@@ -364,7 +364,10 @@ fn an_unwritable_store_file_refuses_writes_but_not_reads() {
             .status()
             .is_ok_and(|s| s.success())
     };
-    assert!(chattr("+i"), "chattr +i needs root and a file system with attributes");
+    assert!(
+        chattr("+i"),
+        "chattr +i needs root and a file system with attributes"
+    );
     struct Mutable<'a>(&'a dyn Fn(&str) -> bool);
     impl Drop for Mutable<'_> {
         fn drop(&mut self) {

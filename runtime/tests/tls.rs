@@ -228,7 +228,9 @@ async fn https_serves_h2_and_http1_reloads_its_certificate_and_redirects_plain_h
     );
     assert_eq!(status_of(&reply), 308, "{reply}");
     assert!(
-        reply.contains(&format!("location: https://localhost:{port}/caf%C3%A9?q=%C3%A9\r\n")),
+        reply.contains(&format!(
+            "location: https://localhost:{port}/caf%C3%A9?q=%C3%A9\r\n"
+        )),
         "{reply}"
     );
     // `OPTIONS *` has no path: its Location is the site's root.

@@ -759,7 +759,12 @@ async fn a_component_body_longer_than_declared_aborts_and_204_carries_no_length(
     assert!(text.starts_with("HTTP/1.1 500"), "{text}");
     assert!(text.contains("HTTP/1.1 200"), "{text}");
     for r in over_both(&server, http::Method::GET, "/f/cl-long").await? {
-        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{:?}", r.version);
+        assert_eq!(
+            r.status,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{:?}",
+            r.version
+        );
     }
     for r in over_both(&server, http::Method::GET, "/f/no-content").await? {
         assert_eq!(r.status, StatusCode::NO_CONTENT);

@@ -334,10 +334,17 @@ async fn at_the_limit_an_idle_http2_connection_makes_room() -> Result<()> {
         .await?;
     let answer = read_until_close(&mut third, Duration::from_secs(10)).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     let mut ended = 0;
     for rx in closed {
-        if tokio::time::timeout(Duration::from_millis(500), rx).await.is_ok() {
+        if tokio::time::timeout(Duration::from_millis(500), rx)
+            .await
+            .is_ok()
+        {
             ended += 1;
         }
     }
@@ -371,9 +378,14 @@ async fn at_the_limit_a_busy_http2_connection_keeps_its_place() -> Result<()> {
     second
         .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
         .await?;
-    assert_eq!(read_until_close(&mut second, Duration::from_millis(1500)).await, "");
+    assert_eq!(
+        read_until_close(&mut second, Duration::from_millis(1500)).await,
+        ""
+    );
     // The busy one still answers its stream in full.
-    let body = http_body_util::BodyExt::collect(big.into_body()).await?.to_bytes();
+    let body = http_body_util::BodyExt::collect(big.into_body())
+        .await?
+        .to_bytes();
     assert_eq!(body.len(), 4 << 20);
     Ok(())
 }

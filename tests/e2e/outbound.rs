@@ -39,7 +39,9 @@ async fn upstream_on(addr: &str) -> Result<SocketAddr> {
                     if req.uri().path() == "/slower" {
                         tokio::time::sleep(Duration::from_secs(6)).await;
                     }
-                    if req.uri().path() == "/echo-host" || req.uri().path() == "/" && req.uri().query().is_some() {
+                    if req.uri().path() == "/echo-host"
+                        || req.uri().path() == "/" && req.uri().query().is_some()
+                    {
                         let host = req
                             .headers()
                             .get_all(http::header::HOST)

@@ -54,7 +54,10 @@ mod tests {
     #[test]
     fn a_line_with_nothing_to_escape_is_not_copied() {
         let line = b"2026-12-03T00:00:00Z  INFO servlet loaded servlet=hello \xc3\xa9\t\n";
-        assert!(matches!(one_line(line, false), std::borrow::Cow::Borrowed(_)));
+        assert!(matches!(
+            one_line(line, false),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

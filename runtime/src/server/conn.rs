@@ -262,17 +262,13 @@ pub(crate) async fn serve<S>(
     let io = WatchedIo::new(stream, state.clone()).writes_stamped_below();
     let observe = app.observe.clone();
     let service = service(app, state.clone(), peer);
-    let ended = drive(
-        io,
-        service,
-        state.clone(),
-        peer.addr,
-        protocol,
+    let watched = Watch {
+        state: state.clone(),
         shutdown,
         limits,
-        &slot,
-    )
-    .await;
+        slot: &slot,
+    };
+    let ended = drive(io, service, peer.addr, protocol, watched).await;
     ended_with(ended, &state, &observe, peer);
 }
 
@@ -404,12 +400,9 @@ where
 pub(crate) async fn drive<S, Svc>(
     io: WatchedIo<S>,
     service: Svc,
-    state: Arc<ConnState>,
     remote: std::net::SocketAddr,
     protocol: Protocol<'_>,
-    shutdown: watch::Receiver<bool>,
-    limits: Limits,
-    slot: &Slot,
+    watched: Watch<'_>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 where
     S: AsyncRead + AsyncWrite + super::sendfile::Target + Unpin + Send + 'static,
@@ -427,15 +420,15 @@ where
             let conn = std::pin::pin!(builder.serve_connection(io, service));
             let graceful = |conn: Pin<&mut _>| auto::Connection::graceful_shutdown(conn);
             // HTTP/2 notices its client leaving by itself.
-            let gone = ClientGone::unwatched(state.clone());
-            let watched = Watch { state, gone, shutdown, limits, slot };
-            supervise(conn, graceful, remote, watched).await.map(drop)
+            let gone = ClientGone::unwatched(watched.state.clone());
+            supervise(conn, graceful, remote, gone, watched)
+                .await
+                .map(drop)
         }
         Protocol::Http1(builder, gone) => {
             let mut conn = Box::pin(builder.serve_connection(io, service));
             let graceful = |conn: Pin<&mut _>| http1::Connection::graceful_shutdown(conn);
-            let watched = Watch { state, gone, shutdown, limits, slot };
-            let ended = supervise(conn.as_mut(), graceful, remote, watched).await?;
+            let ended = supervise(conn.as_mut(), graceful, remote, gone, watched).await?;
             // hyper closed it (`Connection: close`, a bad request, an
             // answer such as 413 given before the body was read): linger,
             // as on plain TCP, so the client reads the answer.
@@ -459,15 +452,14 @@ enum Ended {
     ClientLeft,
 }
 
-/// What a supervised connection is watched with.
-struct Watch<'a> {
-    state: Arc<ConnState>,
-    gone: ClientGone,
-    shutdown: watch::Receiver<bool>,
-    limits: Limits,
-    /// Its place in `max_connections`, which it gives up when idle
-    /// between requests and a new connection waits for one.
-    slot: &'a Slot,
+/// What a connection is watched with: its state and timeouts, the
+/// server's drain, and its place in `max_connections`, which it gives up
+/// when idle between requests while a new connection waits for one.
+pub(crate) struct Watch<'a> {
+    pub(crate) state: Arc<ConnState>,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) limits: Limits,
+    pub(crate) slot: &'a Slot,
 }
 
 /// Runs `conn` under its watchdog and the server's drain: `graceful` asks
@@ -476,6 +468,7 @@ async fn supervise<C, E>(
     mut conn: Pin<&mut C>,
     graceful: impl Fn(Pin<&mut C>),
     remote: std::net::SocketAddr,
+    mut gone: ClientGone,
     watched: Watch<'_>,
 ) -> Result<Ended, Box<dyn std::error::Error + Send + Sync>>
 where
@@ -484,7 +477,6 @@ where
 {
     let Watch {
         state,
-        mut gone,
         mut shutdown,
         limits,
         slot,

@@ -350,7 +350,8 @@ impl ConnState {
     pub(super) fn idle_keep_alive(&self) -> bool {
         self.served.load(Ordering::Relaxed) > 0
             && !self.in_flight()
-            && (self.h2.load(Ordering::Relaxed) || self.head_started_ms.load(Ordering::Relaxed) == 0)
+            && (self.h2.load(Ordering::Relaxed)
+                || self.head_started_ms.load(Ordering::Relaxed) == 0)
     }
 
     pub(super) fn in_flight(&self) -> bool {

@@ -32,7 +32,8 @@ pub struct RecentError {
 /// Why an outbound request was refused, as `swan_servlet_outbound_refused`
 /// labels it: a URL that is not absolute http(s), no rule allowing the
 /// destination, a non-public address, `max_outbound_concurrency` reached.
-pub const OUTBOUND_REFUSALS: [&str; 4] = ["invalid_url", "denied", "private_address", "concurrency"];
+pub const OUTBOUND_REFUSALS: [&str; 4] =
+    ["invalid_url", "denied", "private_address", "concurrency"];
 
 /// A servlet's counters.
 #[derive(Debug, Default)]

@@ -549,9 +549,7 @@ impl Guest for ComponentGuest {
                 let mut body = GuestBody::new(body, ends, limit, declared);
                 // Its first bytes already past its own length or the
                 // route's limit: nothing has gone out, so a 500.
-                if let Some(failure) = (!bodyless)
-                    .then(|| body.failed_before_any_byte())
-                    .flatten()
+                if let Some(failure) = (!bodyless).then(|| body.failed_before_any_byte()).flatten()
                 {
                     tracing::warn!(servlet = %self.info.name, request_id = %id, error = %failure, "component failed before its body's first byte");
                     let store_down = store_down.load(Ordering::Relaxed);
