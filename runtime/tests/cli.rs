@@ -1110,4 +1110,20 @@ fn file_names_and_import_names_cannot_forge_log_lines() {
         "{log}"
     );
     assert!(log.contains("forged by a name"), "{log}");
+    // `swan check` says the same, one line each, to a terminal too.
+    let out = swan()
+        .args(["check", "--listen", "127.0.0.1:0", "--root"])
+        .arg(dir.path().join("www"))
+        .arg("--servlets")
+        .arg(&servlets)
+        .output()
+        .expect("check");
+    assert_eq!(out.status.code(), Some(1));
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!text.lines().any(|l| l.starts_with("2026-01-01")), "{text}");
+    assert!(
+        text.contains("\\n2026-01-01T00:00:00Z  INFO forged by an import"),
+        "{text}"
+    );
 }

@@ -399,6 +399,25 @@ async fn a_module_written_in_place_goes_live_when_its_writer_closes_it() -> Resu
     assert!(eventually(WAIT, || text_is(&server, "/app", "new")).await);
     drop(fresh);
     assert!(eventually(WAIT, || text_is(&server, "/fresh", "fresh")).await);
+    // A module created empty whose writer pauses before its first write
+    // (as `scp` does) is not read empty: neither refused (a refused
+    // module's path answers 500) nor routed until its writer closes it.
+    let mut late = std::fs::File::create(site.path().join("servlets/late.wasm"))?;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            server.get("/late").await?.status,
+            http::StatusCode::NOT_FOUND
+        );
+        let refusals = server.refusals();
+        assert!(
+            !refusals.iter().any(|r| r.contains("late.wasm")),
+            "{refusals:?}"
+        );
+    }
+    std::io::Write::write_all(&mut late, &version("late"))?;
+    drop(late);
+    assert!(eventually(WAIT, || text_is(&server, "/late", "late")).await);
     Ok(())
 }
 

@@ -172,11 +172,11 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
             let servlet = match &route.target {
                 swan::servlet::Target::Servlet(servlet) => servlet,
                 swan::servlet::Target::BuildFailed(_) => {
-                    outln!("  servlet {:<16} (build failed)", route.path.to_string());
+                    outln!("  servlet {:<16} (build failed)", plain(&route.path));
                     continue;
                 }
                 swan::servlet::Target::Refused(_) => {
-                    outln!("  servlet {:<16} (refused)", route.path.to_string());
+                    outln!("  servlet {:<16} (refused)", plain(&route.path));
                     continue;
                 }
             };
@@ -194,8 +194,8 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
             };
             outln!(
                 "  servlet {:<16} {} ({}, {}): memory {}, timeout {}, body {}, response {}, concurrency {}, queue_timeout {}, prewarm {}, reuse {}",
-                route.path.to_string(),
-                info.file.display(),
+                plain(&route.path),
+                plain(info.file.display()),
                 route.origin.as_str(),
                 kind,
                 human_bytes(l.max_memory),
@@ -230,7 +230,7 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
         }
         for refused in &site.servlets.refused {
             problems += 1;
-            errln!("error: servlet refused: {}", refused.error);
+            errln!("error: servlet refused: {}", plain(&refused.error));
         }
     }
     if problems > 0 {
@@ -343,4 +343,12 @@ fn check_stores(
         }
     }
     problems
+}
+
+/// `text` as one line a terminal shows as it is: what a file name or a
+/// module's import names carry (a line feed, ESC, a bidirectional
+/// override) escaped, as in the log.
+fn plain(text: impl std::fmt::Display) -> String {
+    let text = text.to_string();
+    String::from_utf8_lossy(&swan::observe::one_line::one_line(text.as_bytes(), false)).into_owned()
 }

@@ -267,12 +267,29 @@ pub(crate) fn combined(out: &mut Vec<u8>, time: &str, e: &Entry) {
     out.extend_from_slice(&e.id.hex());
 }
 
-/// A JSON string (or `null`); bytes that are not UTF-8 become U+FFFD.
+/// A JSON string (or `null`); bytes that are not UTF-8 become U+FFFD. The
+/// line and paragraph separators and the bidirectional overrides and
+/// isolates (which JSON allows raw) are written as `\u` escapes: a tool
+/// that splits on them, or a viewer that reorders by them, still sees
+/// one line as it was.
 fn json_text(out: &mut Vec<u8>, v: Option<&[u8]>) {
     match v {
         None => out.extend_from_slice(b"null"),
         Some(bytes) => {
+            let start = out.len();
             let _ = serde_json::to_writer(&mut *out, &*String::from_utf8_lossy(bytes));
+            if out[start..].contains(&0xe2) {
+                let written = out.split_off(start);
+                let text = String::from_utf8_lossy(&written);
+                for c in text.chars() {
+                    if matches!(c, '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+                        out.extend_from_slice(format!("\\u{:04x}", u32::from(c)).as_bytes());
+                    } else {
+                        let mut buf = [0u8; 4];
+                        out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                    }
+                }
+            }
         }
     }
 }
@@ -429,6 +446,39 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         escape(&mut out, b"\"");
         assert_eq!(text(out), "\\x22");
+    }
+
+    #[test]
+    fn json_escapes_line_separators_and_bidirectional_overrides() {
+        let mut line = Vec::new();
+        let e = Entry {
+            text: RequestText::new(
+                "/a\u{2028}b",
+                Some("r\u{2029}".as_bytes()),
+                Some("ua\u{202e}\u{2066}\u{2192}".as_bytes()),
+            ),
+            ..entry()
+        };
+        json(
+            &mut line,
+            TimeText::default().of(e.time, AccessLogFormat::Json),
+            &e,
+        );
+        let text = text(line.clone());
+        assert!(text.contains(r#""path":"/a\u2028b""#), "{text}");
+        assert!(
+            text.contains("\"user_agent\":\"ua\\u202e\\u2066\u{2192}\""),
+            "{text}"
+        );
+        assert!(
+            !text.contains('\u{202e}') && !text.contains('\u{2029}'),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 1);
+        let v: serde_json::Value = serde_json::from_slice(&line).expect("valid JSON");
+        assert_eq!(v["path"], "/a\u{2028}b");
+        assert_eq!(v["referer"], "r\u{2029}");
+        assert_eq!(v["user_agent"], "ua\u{202e}\u{2066}\u{2192}");
     }
 
     #[test]

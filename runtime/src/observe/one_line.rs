@@ -8,15 +8,17 @@ use std::borrow::Cow;
 /// `line` (one formatted log event, ending with its line feed) with the
 /// control bytes inside it escaped as `\n`, `\r` or `\xNN` (tab kept; ESC
 /// kept when `ansi`, the formatter's colours), and the Unicode line and
-/// paragraph separators (U+2028, U+2029) as `\u{2028}`. Borrowed, with no
-/// copy, when there is nothing to escape.
+/// paragraph separators (U+2028, U+2029) and the bidirectional overrides
+/// and isolates (U+202A–U+202E, U+2066–U+2069, which make a viewer show a
+/// line's text in another order) as `\u{2028}`. Borrowed, with no copy,
+/// when there is nothing to escape.
 pub fn one_line(line: &[u8], ansi: bool) -> Cow<'_, [u8]> {
     let body = line.strip_suffix(b"\n").unwrap_or(line);
     let plain = |i: usize, b: u8| match b {
         b'\t' => true,
         0x1b => ansi,
         0..0x20 | 0x7f => false,
-        0xe2 => !matches!(body.get(i + 1..i + 3), Some([0x80, 0xa8 | 0xa9])),
+        0xe2 => special(body, i).is_none(),
         _ => true,
     };
     if body.iter().enumerate().all(|(i, &b)| plain(i, b)) {
@@ -28,9 +30,8 @@ pub fn one_line(line: &[u8], ansi: bool) -> Cow<'_, [u8]> {
         let b = body[i];
         if plain(i, b) {
             out.push(b);
-        } else if b == 0xe2 {
-            let which = if body[i + 2] == 0xa8 { "2028" } else { "2029" };
-            out.extend_from_slice(format!("\\u{{{which}}}").as_bytes());
+        } else if let Some(c) = special(body, i) {
+            out.extend_from_slice(format!("\\u{{{:x}}}", u32::from(c)).as_bytes());
             i += 2;
         } else {
             match b {
@@ -45,6 +46,18 @@ pub fn one_line(line: &[u8], ansi: bool) -> Cow<'_, [u8]> {
         out.push(b'\n');
     }
     Cow::Owned(out)
+}
+
+/// The character starting at `i` (a 0xE2 lead byte) if it is one that
+/// breaks a line or reorders one: U+2028, U+2029, U+202A–U+202E,
+/// U+2066–U+2069.
+fn special(body: &[u8], i: usize) -> Option<char> {
+    let c = match body.get(i..i + 3)? {
+        [0xe2, 0x80, b @ 0xa8..=0xae] => 0x2000 + u32::from(*b - 0x80),
+        [0xe2, 0x81, b @ 0xa6..=0xa9] => 0x2040 + u32::from(*b - 0x80),
+        _ => return None,
+    };
+    char::from_u32(c)
 }
 
 #[cfg(test)]
@@ -77,6 +90,15 @@ mod tests {
         let line = b"\x1b[32m INFO\x1b[0m ok\n";
         assert_eq!(&one_line(line, true)[..], &line[..]);
         assert_eq!(&one_line(line, false)[..], b"\\x1b[32m INFO\\x1b[0m ok\n");
+    }
+
+    #[test]
+    fn bidirectional_overrides_are_escaped() {
+        let line = "site=a\u{202e}b \u{2066}c\u{2069} \u{202a}\n";
+        assert_eq!(
+            &one_line(line.as_bytes(), false)[..],
+            b"site=a\\u{202e}b \\u{2066}c\\u{2069} \\u{202a}\n"
+        );
     }
 
     #[test]

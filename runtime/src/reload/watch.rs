@@ -383,11 +383,22 @@ impl Batch {
                     self.sites[i].servlets = true;
                     let mut write = false;
                     if path.extension().is_some_and(|e| e == "wasm") {
-                        // A write (not a creation: a link or a file
-                        // made empty has no writer to wait for).
+                        // A write, or a file created empty: its writer
+                        // has not written yet (`scp` pauses after the
+                        // create; so may `cp` on a busy machine), and it
+                        // would be read empty or half-written. A link, or
+                        // a file renamed into place, is created whole.
+                        let created_empty = || {
+                            std::fs::symlink_metadata(path)
+                                .is_ok_and(|m| m.is_file() && m.len() == 0)
+                        };
                         match event.kind {
                             EventKind::Access(_) => self.writes.push((path.clone(), i, false)),
                             EventKind::Modify(ModifyKind::Data(_)) => {
+                                self.writes.push((path.clone(), i, true));
+                                write = true;
+                            }
+                            EventKind::Create(_) if created_empty() => {
                                 self.writes.push((path.clone(), i, true));
                                 write = true;
                             }

@@ -240,7 +240,7 @@ pub(crate) async fn serve<S>(
     builders: Arc<Builders>,
     shutdown: watch::Receiver<bool>,
     limits: Limits,
-    slot: Slot,
+    _slot: Slot,
 ) where
     S: AsyncRead + AsyncWrite + AsRawFd + std::os::fd::AsFd + Unpin + Send + 'static,
 {
@@ -262,13 +262,16 @@ pub(crate) async fn serve<S>(
     let io = WatchedIo::new(stream, state.clone()).writes_stamped_below();
     let observe = app.observe.clone();
     let service = service(app, state.clone(), peer);
-    let watched = Watch {
-        state: state.clone(),
+    let ended = drive(
+        io,
+        service,
+        state.clone(),
+        peer.addr,
+        protocol,
         shutdown,
         limits,
-        slot: &slot,
-    };
-    let ended = drive(io, service, peer.addr, protocol, watched).await;
+    )
+    .await;
     ended_with(ended, &state, &observe, peer);
 }
 
@@ -400,9 +403,11 @@ where
 pub(crate) async fn drive<S, Svc>(
     io: WatchedIo<S>,
     service: Svc,
+    state: Arc<ConnState>,
     remote: std::net::SocketAddr,
     protocol: Protocol<'_>,
-    watched: Watch<'_>,
+    shutdown: watch::Receiver<bool>,
+    limits: Limits,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 where
     S: AsyncRead + AsyncWrite + super::sendfile::Target + Unpin + Send + 'static,
@@ -420,15 +425,24 @@ where
             let conn = std::pin::pin!(builder.serve_connection(io, service));
             let graceful = |conn: Pin<&mut _>| auto::Connection::graceful_shutdown(conn);
             // HTTP/2 notices its client leaving by itself.
-            let gone = ClientGone::unwatched(watched.state.clone());
-            supervise(conn, graceful, remote, gone, watched)
+            let gone = ClientGone::unwatched(state.clone());
+            supervise(conn, graceful, state, remote, gone, shutdown, limits)
                 .await
                 .map(drop)
         }
         Protocol::Http1(builder, gone) => {
             let mut conn = Box::pin(builder.serve_connection(io, service));
             let graceful = |conn: Pin<&mut _>| http1::Connection::graceful_shutdown(conn);
-            let ended = supervise(conn.as_mut(), graceful, remote, gone, watched).await?;
+            let ended = supervise(
+                conn.as_mut(),
+                graceful,
+                state,
+                remote,
+                gone,
+                shutdown,
+                limits,
+            )
+            .await?;
             // hyper closed it (`Connection: close`, a bad request, an
             // answer such as 413 given before the body was read): linger,
             // as on plain TCP, so the client reads the answer.
@@ -452,35 +466,21 @@ enum Ended {
     ClientLeft,
 }
 
-/// What a connection is watched with: its state and timeouts, the
-/// server's drain, and its place in `max_connections`, which it gives up
-/// when idle between requests while a new connection waits for one.
-pub(crate) struct Watch<'a> {
-    pub(crate) state: Arc<ConnState>,
-    pub(crate) shutdown: watch::Receiver<bool>,
-    pub(crate) limits: Limits,
-    pub(crate) slot: &'a Slot,
-}
-
 /// Runs `conn` under its watchdog and the server's drain: `graceful` asks
 /// it to finish its current exchange and close.
 async fn supervise<C, E>(
     mut conn: Pin<&mut C>,
     graceful: impl Fn(Pin<&mut C>),
+    state: Arc<ConnState>,
     remote: std::net::SocketAddr,
     mut gone: ClientGone,
-    watched: Watch<'_>,
+    mut shutdown: watch::Receiver<bool>,
+    limits: Limits,
 ) -> Result<Ended, Box<dyn std::error::Error + Send + Sync>>
 where
     C: std::future::Future<Output = Result<(), E>>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let Watch {
-        state,
-        mut shutdown,
-        limits,
-        slot,
-    } = watched;
     let mut closing = false;
     let mut watchdog = Box::pin(watch(state.clone(), limits, false, false));
     let mut linger = Linger::default();
@@ -502,19 +502,6 @@ where
                 graceful(conn.as_mut());
                 closing = true;
                 watchdog = Box::pin(watch(state.clone(), limits, true, false));
-            }
-            // At `max_connections`, an idle keep-alive connection (HTTP/2
-            // with no stream open, or HTTP/1 over TLS between requests)
-            // closes to make room, as a parked one does; HTTP/2 with a
-            // GOAWAY, so a stream the client opens meanwhile is refused
-            // unprocessed, safe to retry.
-            () = slot.room_wanted(), if !closing => {
-                if state.idle_keep_alive() {
-                    tracing::debug!(%remote, "max_connections reached: an idle keep-alive connection closes to make room");
-                    graceful(conn.as_mut());
-                    closing = true;
-                    watchdog = Box::pin(watch(state.clone(), limits, true, false));
-                }
             }
             verdict = &mut watchdog => match verdict {
                 Verdict::Idle if !closing => {

@@ -344,16 +344,6 @@ impl ConnState {
         self.had_body.load(Ordering::Relaxed)
     }
 
-    /// Whether the connection is idle between requests: it has answered
-    /// one, has none in flight and (HTTP/1) no next head has started. Such
-    /// a connection closes to make room at `max_connections`.
-    pub(super) fn idle_keep_alive(&self) -> bool {
-        self.served.load(Ordering::Relaxed) > 0
-            && !self.in_flight()
-            && (self.h2.load(Ordering::Relaxed)
-                || self.head_started_ms.load(Ordering::Relaxed) == 0)
-    }
-
     pub(super) fn in_flight(&self) -> bool {
         self.handling.load(Ordering::Relaxed) > 0 || self.sending.load(Ordering::Relaxed) > 0
     }

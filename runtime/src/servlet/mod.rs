@@ -11,7 +11,8 @@
 //! - `guest`: what "a guest that answers a request" is, whatever its kind;
 //! - `native`: guests speaking swan's native ABI (`guest-sdk/ABI.md`);
 //! - `component`: standard `wasi:http/proxy` components;
-//! - `outbound`: what a servlet may reach over HTTP;
+//! - `outbound`: what a servlet may reach over HTTP (`public_address`:
+//!   which addresses are public);
 //! - `output`: guest stdout and stderr, per request, to the log;
 //! - `stats`: what a servlet has done (instances, traps, timeouts, errors).
 //!
@@ -32,6 +33,7 @@ mod output;
 mod plan;
 mod pool;
 mod progress;
+mod public_address;
 mod refused;
 mod route;
 mod source;

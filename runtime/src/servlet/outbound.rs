@@ -15,7 +15,7 @@
 
 use std::future::Future;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
@@ -33,6 +33,7 @@ use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 use crate::config::{OutboundRule, canonical_host};
 use crate::observe::throttle::Throttle;
 use crate::servlet::ServletInfo;
+use crate::servlet::public_address::is_global;
 use crate::servlet::stats::ServletStats;
 
 /// What one servlet may reach, and how.
@@ -528,79 +529,4 @@ fn tls_connector() -> tokio_rustls::TlsConnector {
         Arc::new(config)
     });
     tokio_rustls::TlsConnector::from(config.clone())
-}
-
-/// Whether an address is reachable on the public internet: not loopback,
-/// private, link-local (cloud metadata lives there), shared, reserved,
-/// documentation or multicast, in either family, nor a tunnel or
-/// translation prefix that carries an IPv4 address (6to4, Teredo, NAT64).
-pub(crate) fn is_global(ip: IpAddr) -> bool {
-    fn v4(ip: Ipv4Addr) -> bool {
-        let o = ip.octets();
-        !(ip.is_unspecified()
-            || ip.is_loopback()
-            || ip.is_private()
-            || ip.is_link_local()
-            || ip.is_broadcast()
-            || ip.is_documentation()
-            || ip.is_multicast()
-            || o[0] == 0
-            || (o[0] == 100 && (o[1] & 0xc0) == 64)
-            || (o[0] == 192 && o[1] == 0 && o[2] == 0)
-            || (o[0] == 198 && (o[1] & 0xfe) == 18)
-            || o[0] >= 240)
-    }
-    match ip {
-        IpAddr::V4(ip) => v4(ip),
-        IpAddr::V6(ip) => {
-            if let Some(mapped) = ip.to_ipv4_mapped() {
-                return v4(mapped);
-            }
-            let s = ip.segments();
-            !(s[..6].iter().all(|&x| x == 0)
-                || ip.is_multicast()
-                || ip.is_unique_local()
-                || ip.is_unicast_link_local()
-                || (s[0] & 0xffc0) == 0xfec0
-                || (s[0] == 0x64 && s[1] == 0xff9b)
-                || s[0] == 0x2002
-                || (s[0] == 0x2001 && s[1] == 0)
-                || (s[0] == 0x2001 && s[1] == 0x0db8))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_public_addresses_are_global() {
-        for private in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "0.0.0.0",
-            "::1",
-            "::",
-            "fe80::1",
-            "fd00::1",
-            "::ffff:127.0.0.1",
-            "::ffff:10.0.0.1",
-            "64:ff9b::a00:1",
-            "2002:a00:1::",
-            "2001:0:4136:e378:8000:63bf:f5ff:fffe",
-            "224.0.0.1",
-        ] {
-            let ip: IpAddr = private.parse().expect(private);
-            assert!(!is_global(ip), "{private}");
-        }
-        for public in ["1.1.1.1", "93.184.216.34", "2606:4700:4700::1111"] {
-            let ip: IpAddr = public.parse().expect(public);
-            assert!(is_global(ip), "{public}");
-        }
-    }
 }

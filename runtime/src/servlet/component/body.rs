@@ -405,7 +405,22 @@ impl HttpBody for GuestBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        // The inner body counts what it has yielded: a peeked frame is
+        // still to come from this one.
+        let mut hint = self.inner.size_hint();
+        let peeked = match &self.peeked {
+            Some(Some(frame)) => frame.data_ref().map_or(0, |d| d.len() as u64),
+            _ => 0,
+        };
+        if peeked > 0 {
+            let mut more = SizeHint::new();
+            more.set_lower(hint.lower().saturating_add(peeked));
+            if let Some(upper) = hint.upper() {
+                more.set_upper(upper.saturating_add(peeked));
+            }
+            hint = more;
+        }
+        hint
     }
 }
 

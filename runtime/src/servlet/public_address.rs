@@ -1,0 +1,79 @@
+//! Which addresses are public: what an outbound request may reach
+//! without a rule naming the address or `outbound_private`.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+/// Whether an address is reachable on the public internet: not loopback,
+/// private, link-local (cloud metadata lives there), shared, reserved,
+/// documentation or multicast, in either family, nor a tunnel or
+/// translation prefix that carries an IPv4 address (6to4, Teredo, NAT64).
+pub(crate) fn is_global(ip: IpAddr) -> bool {
+    fn v4(ip: Ipv4Addr) -> bool {
+        let o = ip.octets();
+        !(ip.is_unspecified()
+            || ip.is_loopback()
+            || ip.is_private()
+            || ip.is_link_local()
+            || ip.is_broadcast()
+            || ip.is_documentation()
+            || ip.is_multicast()
+            || o[0] == 0
+            || (o[0] == 100 && (o[1] & 0xc0) == 64)
+            || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+            || (o[0] == 198 && (o[1] & 0xfe) == 18)
+            || o[0] >= 240)
+    }
+    match ip {
+        IpAddr::V4(ip) => v4(ip),
+        IpAddr::V6(ip) => {
+            if let Some(mapped) = ip.to_ipv4_mapped() {
+                return v4(mapped);
+            }
+            let s = ip.segments();
+            !(s[..6].iter().all(|&x| x == 0)
+                || ip.is_multicast()
+                || ip.is_unique_local()
+                || ip.is_unicast_link_local()
+                || (s[0] & 0xffc0) == 0xfec0
+                || (s[0] == 0x64 && s[1] == 0xff9b)
+                || s[0] == 0x2002
+                || (s[0] == 0x2001 && s[1] == 0)
+                || (s[0] == 0x2001 && s[1] == 0x0db8))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_public_addresses_are_global() {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "::",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "64:ff9b::a00:1",
+            "2002:a00:1::",
+            "2001:0:4136:e378:8000:63bf:f5ff:fffe",
+            "224.0.0.1",
+        ] {
+            let ip: IpAddr = private.parse().expect(private);
+            assert!(!is_global(ip), "{private}");
+        }
+        for public in ["1.1.1.1", "93.184.216.34", "2606:4700:4700::1111"] {
+            let ip: IpAddr = public.parse().expect(public);
+            assert!(is_global(ip), "{public}");
+        }
+    }
+}
