@@ -428,6 +428,10 @@ mod tests {
             Ok(RoutePath::Exact("/a b".to_owned()))
         );
         assert!(RoutePath::parse("/a/../b").is_err());
+        for control in ["/a\nb", "/a\u{1b}[2J", "/a%0Ab/*", "/a\u{7f}"] {
+            let e = RoutePath::parse(control).expect_err(control);
+            assert!(e.contains("control character"), "{e}");
+        }
         assert!(RoutePath::parse("/a%2fb").is_err());
         assert!(RoutePath::parse("/x/%2e%2e/y").is_err());
         assert!(RoutePath::parse("/.hidden").is_err());

@@ -358,6 +358,13 @@ impl RoutePath {
                 .map_err(|e| format!("{s:?} is not a usable path: {e}"))?
                 .into_owned()
         };
+        // Requests whose path holds one get 400: such a route never
+        // matches, and its name would break the lines that show it.
+        if decoded.chars().any(char::is_control) {
+            return Err(format!(
+                "{s:?} holds a control character: no request's path does (one that did would get 400)"
+            ));
+        }
         Ok(if prefix {
             RoutePath::Prefix(decoded.trim_end_matches('/').to_owned())
         } else {

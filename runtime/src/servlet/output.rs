@@ -58,8 +58,8 @@ pub(crate) fn escape_controls(text: &str) -> String {
 /// The span a guest's own lines are logged in: the servlet and the
 /// request id come first on each line (`guest{servlet=… request_id=…}:`),
 /// before the text, which may itself say `request_id=…`.
-pub(crate) fn guest_span(servlet: &str, request_id: &str) -> tracing::Span {
-    tracing::error_span!("guest", %servlet, %request_id)
+pub(crate) fn guest_span(servlet: &str, request_id: &str, stream: &str) -> tracing::Span {
+    tracing::error_span!("guest", %servlet, %request_id, stream)
 }
 
 /// One output stream of a guest instance.
@@ -100,7 +100,7 @@ impl GuestOutput {
         if text.is_empty() && dropped == 0 {
             return;
         }
-        let _span = guest_span(servlet, request_id).entered();
+        let _span = guest_span(servlet, request_id, stream).entered();
         let mut spent = 0;
         for line in log_lines(&text) {
             spent += line.len() + LINE_COST;
@@ -109,17 +109,13 @@ impl GuestOutput {
                 continue;
             }
             if stream == "stderr" {
-                tracing::warn!(stream, "{line}");
+                tracing::warn!("{line}");
             } else {
-                tracing::info!(stream, "{line}");
+                tracing::info!("{line}");
             }
         }
         if dropped > 0 {
-            tracing::warn!(
-                stream,
-                dropped,
-                "guest output past the per-request cap was dropped"
-            );
+            tracing::warn!(dropped, "guest output past the per-request cap was dropped");
         }
     }
 }

@@ -244,7 +244,7 @@ fn log(mut caller: Caller<'_, Host>, level: i32, ptr: i32, len: i32) -> wasmtime
         }
         host.logged += cost;
         let _entered = span
-            .get_or_insert_with(|| guest_span(&host.info.name, &host.request.request_id))
+            .get_or_insert_with(|| guest_span(&host.info.name, &host.request.request_id, "log"))
             .enter();
         match level {
             0 => tracing::error!("{text}"),
