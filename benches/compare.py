@@ -266,6 +266,9 @@ def start_each(wasmtime, wanted, baseline, servers):
         shutil.copy(wasm, servlets / wasm.name)
     if component.exists():
         shutil.copy(component, servlets / "wasi-hello.wasm")
+        # A copy of its own: a module a [[site.route]] names is served
+        # only there, not also at its folder path.
+        shutil.copy(component, WORK / "wasi-hello-reuse.wasm")
     for name in ("hello-js", "hello-python"):
         built = ROOT / f"target/example-components/{name}.wasm"
         if built.exists():
@@ -274,7 +277,7 @@ def start_each(wasmtime, wanted, baseline, servers):
         f'[server]\nlisten = ["{HOST}:{PORTS["swan"]}"]\n'
         f'[[site]]\nroot = "{www}"\nservlets = "{servlets}"\n'
         '[site.cache]\nmax_file_size = "2 MiB"\n'
-        + (f'[[site.route]]\npath = "/wasi-hello-reuse"\nservlet = "{servlets / "wasi-hello.wasm"}"\nreuse = 128\n'
+        + (f'[[site.route]]\npath = "/wasi-hello-reuse"\nservlet = "{WORK / "wasi-hello-reuse.wasm"}"\nreuse = 128\n'
            if component.exists() else '')
     )
     if "swan" in wanted:

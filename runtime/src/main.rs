@@ -306,8 +306,12 @@ fn init_tracing() {
         // notify's own notes (a watch removed with its folder) are not
         // news for an operator; nor are h2's warnings about a client it
         // ends with GOAWAY (a rapid-reset flood): one line per connection,
-        // naming no peer, as fast as a client can open them.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,notify=warn,h2=error"));
+        // naming no peer, as fast as a client can open them; nor wasmtime's
+        // note of a module's malformed name section (the module loads; the
+        // note names no module, and comes once per compile).
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("info,notify=warn,h2=error,wasmtime_environ=error")
+        });
     // Colours only on a terminal, and never with NO_COLOR set.
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none();

@@ -808,3 +808,71 @@ async fn an_https_upload_over_the_limit_gets_its_413() {
     let (code, log) = stop_with_code(s.child);
     assert_eq!(code, Some(0), "{log}");
 }
+
+/// At `max_connections`, an HTTP/1.1 connection over TLS idle between
+/// requests (for half a second, as a plain one before it parks) closes to
+/// make room for a new client, who would otherwise wait out the idle one's
+/// `keepalive_timeout`; one with a request in flight keeps its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_limit_an_idle_tls_keep_alive_connection_makes_room() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = site();
+    let certs = make_certs(9);
+    write_certs(dir.path(), &certs);
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\nmax_connections = 2\n\
+         keepalive_timeout = \"60s\"\n\
+         [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n\
+         [[site]]\nroot = \"www\"\n",
+    )
+    .expect("config");
+    let s = start(dir.path(), &[], false);
+    let addr = s.urls[0].clone();
+    let alpn: &[&[u8]] = &[b"http/1.1"];
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        let mut tls = connect(&addr, &[&certs.ca_der], alpn).await;
+        tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .expect("write");
+        let mut buf = vec![0u8; 4096];
+        let n = tls.read(&mut buf).await.expect("read");
+        assert!(
+            buf[..n].starts_with(b"HTTP/1.1 200"),
+            "{:?}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+        idle.push(tls);
+    }
+    let started = std::time::Instant::now();
+    let (_, reply, _) = raw_tls(
+        &addr,
+        &certs.ca_der,
+        alpn,
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+        usize::MAX,
+    )
+    .await;
+    assert!(
+        reply.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&reply)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut closed = 0;
+    for tls in &mut idle {
+        let mut buf = [0u8; 64];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(500), tls.read(&mut buf)).await
+        {
+            closed += 1;
+        }
+    }
+    assert!(closed >= 1, "no idle connection closed for the new one");
+    stop(s.child);
+}

@@ -300,8 +300,60 @@ async fn at_the_limit_an_idle_keep_alive_connection_makes_room() -> Result<()> {
     Ok(())
 }
 
-/// An HTTP/2 connection keeps its place at `max_connections` (only parked
-/// HTTP/1 ones make room): a new connection waits.
+/// HTTP/2 connections idle between requests make room too: a GOAWAY,
+/// then the close.
+#[tokio::test]
+async fn at_the_limit_an_idle_http2_connection_makes_room() -> Result<()> {
+    let (_site, server) = server_with("max_connections = 2\nkeepalive_timeout = \"30s\"").await?;
+    let mut closed = Vec::new();
+    let mut senders = Vec::new();
+    for _ in 0..2 {
+        let stream = TcpStream::connect(server.addr()).await?;
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(stream),
+        )
+        .await?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let _ = conn.await;
+            let _ = tx.send(());
+        });
+        let res = sender
+            .send_request(Request::get(server.url("/")).body(Full::<Bytes>::default())?)
+            .await?;
+        assert_eq!(res.status(), StatusCode::OK);
+        http_body_util::BodyExt::collect(res.into_body()).await?;
+        senders.push(sender);
+        closed.push(rx);
+    }
+    let started = Instant::now();
+    let mut third = TcpStream::connect(server.addr()).await?;
+    third
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await?;
+    let answer = read_until_close(&mut third, Duration::from_secs(10)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut ended = 0;
+    for rx in closed {
+        if tokio::time::timeout(Duration::from_millis(500), rx)
+            .await
+            .is_ok()
+        {
+            ended += 1;
+        }
+    }
+    assert!(ended >= 1, "no idle HTTP/2 connection closed for the third");
+    Ok(())
+}
+
+/// An HTTP/2 connection with a response still being sent is not idle: it
+/// keeps its place at `max_connections`, and a new connection waits.
 #[tokio::test]
 async fn at_the_limit_a_busy_http2_connection_keeps_its_place() -> Result<()> {
     let (_site, server) = server_with("max_connections = 1\nkeepalive_timeout = \"30s\"").await?;

@@ -240,7 +240,7 @@ pub(crate) async fn serve<S>(
     builders: Arc<Builders>,
     shutdown: watch::Receiver<bool>,
     limits: Limits,
-    _slot: Slot,
+    slot: Slot,
 ) where
     S: AsyncRead + AsyncWrite + AsRawFd + std::os::fd::AsFd + Unpin + Send + 'static,
 {
@@ -262,16 +262,13 @@ pub(crate) async fn serve<S>(
     let io = WatchedIo::new(stream, state.clone()).writes_stamped_below();
     let observe = app.observe.clone();
     let service = service(app, state.clone(), peer);
-    let ended = drive(
-        io,
-        service,
-        state.clone(),
-        peer.addr,
-        protocol,
+    let watched = Watch {
+        state: state.clone(),
         shutdown,
         limits,
-    )
-    .await;
+        slot: &slot,
+    };
+    let ended = drive(io, service, peer.addr, protocol, watched).await;
     ended_with(ended, &state, &observe, peer);
 }
 
@@ -403,11 +400,9 @@ where
 pub(crate) async fn drive<S, Svc>(
     io: WatchedIo<S>,
     service: Svc,
-    state: Arc<ConnState>,
     remote: std::net::SocketAddr,
     protocol: Protocol<'_>,
-    shutdown: watch::Receiver<bool>,
-    limits: Limits,
+    watched: Watch<'_>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 where
     S: AsyncRead + AsyncWrite + super::sendfile::Target + Unpin + Send + 'static,
@@ -425,24 +420,15 @@ where
             let conn = std::pin::pin!(builder.serve_connection(io, service));
             let graceful = |conn: Pin<&mut _>| auto::Connection::graceful_shutdown(conn);
             // HTTP/2 notices its client leaving by itself.
-            let gone = ClientGone::unwatched(state.clone());
-            supervise(conn, graceful, state, remote, gone, shutdown, limits)
+            let gone = ClientGone::unwatched(watched.state.clone());
+            supervise(conn, graceful, remote, gone, watched)
                 .await
                 .map(drop)
         }
         Protocol::Http1(builder, gone) => {
             let mut conn = Box::pin(builder.serve_connection(io, service));
             let graceful = |conn: Pin<&mut _>| http1::Connection::graceful_shutdown(conn);
-            let ended = supervise(
-                conn.as_mut(),
-                graceful,
-                state,
-                remote,
-                gone,
-                shutdown,
-                limits,
-            )
-            .await?;
+            let ended = supervise(conn.as_mut(), graceful, remote, gone, watched).await?;
             // hyper closed it (`Connection: close`, a bad request, an
             // answer such as 413 given before the body was read): linger,
             // as on plain TCP, so the client reads the answer.
@@ -466,21 +452,36 @@ enum Ended {
     ClientLeft,
 }
 
+/// What a connection is watched with: its state and timeouts, the
+/// server's drain, and its place in `max_connections`, which it gives up
+/// when idle while a new connection waits for one.
+pub(crate) struct Watch<'a> {
+    pub(crate) state: Arc<ConnState>,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) limits: Limits,
+    pub(crate) slot: &'a Slot,
+}
+
 /// Runs `conn` under its watchdog and the server's drain: `graceful` asks
 /// it to finish its current exchange and close.
 async fn supervise<C, E>(
     mut conn: Pin<&mut C>,
     graceful: impl Fn(Pin<&mut C>),
-    state: Arc<ConnState>,
     remote: std::net::SocketAddr,
     mut gone: ClientGone,
-    mut shutdown: watch::Receiver<bool>,
-    limits: Limits,
+    watched: Watch<'_>,
 ) -> Result<Ended, Box<dyn std::error::Error + Send + Sync>>
 where
     C: std::future::Future<Output = Result<(), E>>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let Watch {
+        state,
+        mut shutdown,
+        limits,
+        slot,
+    } = watched;
+    let room = slot.supervised(&state);
     let mut closing = false;
     let mut watchdog = Box::pin(watch(state.clone(), limits, false, false));
     let mut linger = Linger::default();
@@ -502,6 +503,19 @@ where
                 graceful(conn.as_mut());
                 closing = true;
                 watchdog = Box::pin(watch(state.clone(), limits, true, false));
+            }
+            // A connection waiting for a place asked this one, idle, to
+            // make room (see `places`): HTTP/2 closes with a GOAWAY (a
+            // stream opened meanwhile is served or refused unprocessed).
+            () = room.asked(), if !closing => {
+                if state.idle_for_room(crate::clock::now_ms()).is_some() {
+                    tracing::debug!(%remote, "max_connections reached: an idle keep-alive connection closes to make room");
+                    graceful(conn.as_mut());
+                    closing = true;
+                    watchdog = Box::pin(watch(state.clone(), limits, true, false));
+                } else {
+                    room.not_now();
+                }
             }
             verdict = &mut watchdog => match verdict {
                 Verdict::Idle if !closing => {

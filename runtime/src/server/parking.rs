@@ -97,16 +97,14 @@ pub(crate) async fn serve(
             if n > 0 && H2_PREFACE.starts_with(&first_bytes[..n]) {
                 // Boxed: inline, hyper's connection would size every
                 // parked connection's task.
-                let ended = Box::pin(conn::drive(
-                    io,
-                    service,
-                    state.clone(),
-                    peer.addr,
-                    conn::Protocol::Detect(&builders.auto),
+                let watched = conn::Watch {
+                    state: state.clone(),
                     shutdown,
                     limits,
-                ))
-                .await;
+                    slot: &slot,
+                };
+                let protocol = conn::Protocol::Detect(&builders.auto);
+                let ended = Box::pin(conn::drive(io, service, peer.addr, protocol, watched)).await;
                 conn::ended_with(ended, &state, &observe, peer);
                 return;
             }

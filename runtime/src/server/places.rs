@@ -1,23 +1,41 @@
 //! The server's `max_connections` places: one per accepted connection,
 //! from its accept to its close, counted in `swan_connections_open`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
+use super::watchdog::ConnState;
 use crate::app::App;
 
 /// The server's `max_connections` places. When they are all taken, an
-/// accepted connection asks the parked ones (idle HTTP/1 keep-alive
-/// connections) to make room: the one parked longest closes, as NGINX
-/// closes idle keep-alive connections when it runs short, rather than
-/// new clients waiting out a whole `keepalive_timeout`.
+/// accepted connection asks an idle keep-alive connection to make room,
+/// as NGINX closes idle keep-alive connections when it runs short, rather
+/// than new clients waiting out a whole `keepalive_timeout`: in turn, the
+/// parked ones (HTTP/1 on plain TCP, the one parked longest), then the
+/// supervised ones (HTTP/1 over TLS, HTTP/2), the one idle longest.
 pub(crate) struct Places {
     free: Arc<Semaphore>,
     wanted: Notify,
     /// Connections waiting for a place now: a notification left over
     /// from a wait that ended must not close an idle connection later.
     waiting: std::sync::atomic::AtomicUsize,
+    /// The connections hyper serves without parking, each with how to
+    /// ask it to close: looked through only while a connection waits, so
+    /// an idle one costs nothing per request (a shared notification
+    /// would be polled at each of their wakes, and taken by busy ones).
+    supervised: Mutex<HashMap<u64, Supervised>>,
+    next_id: AtomicU64,
+}
+
+/// A connection served without parking, as its place knows it.
+struct Supervised {
+    state: Weak<ConnState>,
+    asked: Arc<Notify>,
+    /// Asked already: not asked again while it closes.
+    asked_once: AtomicBool,
 }
 
 /// How often a connection waiting for a place asks again for room.
@@ -29,7 +47,31 @@ impl Places {
             free: Arc::new(Semaphore::new(max_connections)),
             wanted: Notify::new(),
             waiting: std::sync::atomic::AtomicUsize::new(0),
+            supervised: Mutex::default(),
+            next_id: AtomicU64::new(0),
         })
+    }
+
+    /// Asks the supervised connection idle longest (see
+    /// `ConnState::idle_for_room`) to close; false when none is idle.
+    fn ask_supervised(&self) -> bool {
+        let Ok(supervised) = self.supervised.lock() else {
+            return false;
+        };
+        let now = crate::clock::now_ms();
+        let idlest = supervised
+            .values()
+            .filter(|s| !s.asked_once.load(Ordering::Relaxed))
+            .filter_map(|s| Some((s.state.upgrade()?.idle_for_room(now)?, s)))
+            .min_by_key(|(since, _)| *since);
+        match idlest {
+            Some((_, s)) => {
+                s.asked_once.store(true, Ordering::Relaxed);
+                s.asked.notify_one();
+                true
+            }
+            None => false,
+        }
     }
 
     /// A place for a connection just accepted, if one is free.
@@ -58,8 +100,14 @@ impl Places {
                 scopeguard::defer! {
                     self.waiting.fetch_sub(1, Relaxed);
                 }
+                let mut round = 0u32;
                 loop {
-                    self.wanted.notify_one();
+                    // Parked and supervised connections in turn: one
+                    // asked a round, not one of each.
+                    if round % 2 == 1 || !self.ask_supervised() {
+                        self.wanted.notify_one();
+                    }
+                    round = round.wrapping_add(1);
                     let wait = tokio::time::timeout(ASK_AGAIN, self.free.clone().acquire_owned());
                     if let Ok(Ok(p)) = wait.await {
                         break p;
@@ -81,6 +129,28 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// Enters a connection served without parking among those asked for
+    /// room (see [`Places`]); it leaves when the returned value drops.
+    pub(crate) fn supervised(&self, state: &Arc<ConnState>) -> RoomAsk {
+        let id = self.places.next_id.fetch_add(1, Ordering::Relaxed);
+        let asked = Arc::new(Notify::new());
+        if let Ok(mut supervised) = self.places.supervised.lock() {
+            supervised.insert(
+                id,
+                Supervised {
+                    state: Arc::downgrade(state),
+                    asked: asked.clone(),
+                    asked_once: AtomicBool::new(false),
+                },
+            );
+        }
+        RoomAsk {
+            places: self.places.clone(),
+            id,
+            asked,
+        }
+    }
+
     /// Resolves when a new connection needs this one's place, if this one
     /// is idle: for a parked connection to wait on.
     pub(crate) async fn room_wanted(&self) {
@@ -94,6 +164,39 @@ impl Slot {
             {
                 return;
             }
+        }
+    }
+}
+
+/// A supervised connection's entry among those asked for room.
+pub(crate) struct RoomAsk {
+    places: Arc<Places>,
+    id: u64,
+    asked: Arc<Notify>,
+}
+
+impl RoomAsk {
+    /// Completes when a connection waiting for a place asks this one to
+    /// close (it checks it is still idle first).
+    pub(crate) async fn asked(&self) {
+        self.asked.notified().await;
+    }
+
+    /// Asked, but not idle after all (a request came): it may be asked
+    /// again later.
+    pub(crate) fn not_now(&self) {
+        if let Ok(supervised) = self.places.supervised.lock()
+            && let Some(s) = supervised.get(&self.id)
+        {
+            s.asked_once.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for RoomAsk {
+    fn drop(&mut self) {
+        if let Ok(mut supervised) = self.places.supervised.lock() {
+            supervised.remove(&self.id);
         }
     }
 }

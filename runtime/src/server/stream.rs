@@ -99,7 +99,13 @@ impl<S: AsFd + AsyncRead + Unpin> AsyncRead for SocketStamp<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let result = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.state.touched_socket();
+        }
+        result
     }
 }
 

@@ -344,6 +344,32 @@ impl ConnState {
         self.had_body.load(Ordering::Relaxed)
     }
 
+    /// When the connection last saw activity, if it may close to make
+    /// room at `max_connections`: it has answered a request, has none in
+    /// flight, no next HTTP/1 head has started, and nothing came or went
+    /// for [`PARK_AFTER_MS`] (on TLS, raw socket reads count: a record
+    /// still arriving is a request on its way), as long as a plain
+    /// HTTP/1 connection waits before it parks.
+    pub(super) fn idle_for_room(&self, now: u64) -> Option<u64> {
+        let last = self
+            .read_ms
+            .load(Ordering::Relaxed)
+            .max(self.write_ms.load(Ordering::Relaxed))
+            .max(self.exchange_ms.load(Ordering::Relaxed));
+        let idle = self.served.load(Ordering::Relaxed) > 0
+            && !self.in_flight()
+            && (self.h2.load(Ordering::Relaxed)
+                || self.head_started_ms.load(Ordering::Relaxed) == 0)
+            && now.saturating_sub(last) >= PARK_AFTER_MS;
+        idle.then_some(last)
+    }
+
+    /// Bytes came in on the raw socket (under TLS, before a whole record
+    /// can be decrypted).
+    pub(super) fn touched_socket(&self) {
+        self.read_ms.store(clock::now_ms(), Ordering::Relaxed);
+    }
+
     pub(super) fn in_flight(&self) -> bool {
         self.handling.load(Ordering::Relaxed) > 0 || self.sending.load(Ordering::Relaxed) > 0
     }
