@@ -348,7 +348,7 @@ async fn at_the_limit_an_idle_http2_connection_makes_room() -> Result<()> {
             ended += 1;
         }
     }
-    assert!(ended >= 1, "no idle HTTP/2 connection closed for the third");
+    assert_eq!(ended, 1, "one idle HTTP/2 connection closes for the third");
     Ok(())
 }
 

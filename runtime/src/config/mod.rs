@@ -428,10 +428,14 @@ mod tests {
             Ok(RoutePath::Exact("/a b".to_owned()))
         );
         assert!(RoutePath::parse("/a/../b").is_err());
-        for control in ["/a\nb", "/a\u{1b}[2J", "/a%0Ab/*", "/a\u{7f}"] {
+        for control in ["/a\nb", "/a\u{1b}[2J", "/a\u{7f}/*"] {
             let e = RoutePath::parse(control).expect_err(control);
             assert!(e.contains("control character"), "{e}");
         }
+        assert_eq!(
+            RoutePath::parse("/a%0Ab"),
+            Ok(RoutePath::Exact("/a\nb".to_owned()))
+        );
         assert!(RoutePath::parse("/a%2fb").is_err());
         assert!(RoutePath::parse("/x/%2e%2e/y").is_err());
         assert!(RoutePath::parse("/.hidden").is_err());

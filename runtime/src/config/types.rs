@@ -358,11 +358,11 @@ impl RoutePath {
                 .map_err(|e| format!("{s:?} is not a usable path: {e}"))?
                 .into_owned()
         };
-        // Requests whose path holds one get 400: such a route never
-        // matches, and its name would break the lines that show it.
-        if decoded.chars().any(char::is_control) {
+        // Written raw, one is a slip (a stray escape in the TOML string),
+        // and it would break the lines that show the route.
+        if s.chars().any(char::is_control) {
             return Err(format!(
-                "{s:?} holds a control character: no request's path does (one that did would get 400)"
+                "{s:?} holds a raw control character (if it is meant, write it percent-encoded, as `%0A`)"
             ));
         }
         Ok(if prefix {

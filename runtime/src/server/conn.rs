@@ -487,6 +487,9 @@ where
     let mut linger = Linger::default();
     loop {
         tokio::select! {
+            // Bytes first: a request already sent is read (and stamped)
+            // before a request for room is looked at.
+            biased;
             result = conn.as_mut() => {
                 // A close swan asked for (drain, idle) needs no linger.
                 let ended = if closing { Ended::ClosedByUs } else { Ended::Closed };

@@ -2,7 +2,7 @@
 //! from its accept to its close, counted in `swan_connections_open`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -28,6 +28,13 @@ pub(crate) struct Places {
     /// would be polled at each of their wakes, and taken by busy ones).
     supervised: Mutex<HashMap<u64, Supervised>>,
     next_id: AtomicU64,
+    /// Supervised connections asked and not yet closed (an HTTP/2 one
+    /// takes a round trip): their places are on their way, so no more are
+    /// asked while they cover the connections waiting.
+    closing: AtomicUsize,
+    /// When the supervised connections were last looked through: at most
+    /// once per [`ASK_AGAIN`] whatever the number of waiters.
+    last_scan_ms: AtomicU64,
 }
 
 /// A connection served without parking, as its place knows it.
@@ -49,16 +56,28 @@ impl Places {
             waiting: std::sync::atomic::AtomicUsize::new(0),
             supervised: Mutex::default(),
             next_id: AtomicU64::new(0),
+            closing: AtomicUsize::new(0),
+            last_scan_ms: AtomicU64::new(0),
         })
     }
 
     /// Asks the supervised connection idle longest (see
     /// `ConnState::idle_for_room`) to close; false when none is idle.
     fn ask_supervised(&self) -> bool {
+        let now = crate::clock::now_ms();
+        let last = self.last_scan_ms.load(Ordering::Relaxed);
+        let every = ASK_AGAIN.as_millis() as u64;
+        if last != 0 && now < last + every
+            || self
+                .last_scan_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
         let Ok(supervised) = self.supervised.lock() else {
             return false;
         };
-        let now = crate::clock::now_ms();
         let idlest = supervised
             .values()
             .filter(|s| !s.asked_once.load(Ordering::Relaxed))
@@ -67,6 +86,7 @@ impl Places {
         match idlest {
             Some((_, s)) => {
                 s.asked_once.store(true, Ordering::Relaxed);
+                self.closing.fetch_add(1, Ordering::Relaxed);
                 s.asked.notify_one();
                 true
             }
@@ -103,8 +123,10 @@ impl Places {
                 let mut round = 0u32;
                 loop {
                     // Parked and supervised connections in turn: one
-                    // asked a round, not one of each.
-                    if round % 2 == 1 || !self.ask_supervised() {
+                    // asked a round, not one of each; none while those
+                    // already asked will free enough places.
+                    let coming = self.closing.load(Relaxed) >= self.waiting.load(Relaxed);
+                    if !coming && (round % 2 == 1 || !self.ask_supervised()) {
                         self.wanted.notify_one();
                     }
                     round = round.wrapping_add(1);
@@ -187,16 +209,20 @@ impl RoomAsk {
     pub(crate) fn not_now(&self) {
         if let Ok(supervised) = self.places.supervised.lock()
             && let Some(s) = supervised.get(&self.id)
+            && s.asked_once.swap(false, Ordering::Relaxed)
         {
-            s.asked_once.store(false, Ordering::Relaxed);
+            self.places.closing.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
 
 impl Drop for RoomAsk {
     fn drop(&mut self) {
-        if let Ok(mut supervised) = self.places.supervised.lock() {
-            supervised.remove(&self.id);
+        if let Ok(mut supervised) = self.places.supervised.lock()
+            && let Some(s) = supervised.remove(&self.id)
+            && s.asked_once.load(Ordering::Relaxed)
+        {
+            self.places.closing.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

@@ -110,6 +110,10 @@ pub(crate) async fn watch(
 pub(crate) struct ConnState {
     /// Last read and last write, in coarse-clock ms.
     read_ms: AtomicU64,
+    /// TLS: the last raw socket read (a record may still be arriving);
+    /// only for [`ConnState::idle_for_room`], never for the timeouts: a
+    /// client trickling ciphertext must not keep a connection alive.
+    socket_read_ms: AtomicU64,
     write_ms: AtomicU64,
     /// When a request last started, began sending, or ended.
     exchange_ms: AtomicU64,
@@ -179,6 +183,7 @@ impl ConnState {
         let now = clock::now_ms();
         ConnState {
             read_ms: AtomicU64::new(now),
+            socket_read_ms: AtomicU64::new(now),
             write_ms: AtomicU64::new(now),
             exchange_ms: AtomicU64::new(now),
             head_started_ms: AtomicU64::new(0),
@@ -354,6 +359,7 @@ impl ConnState {
         let last = self
             .read_ms
             .load(Ordering::Relaxed)
+            .max(self.socket_read_ms.load(Ordering::Relaxed))
             .max(self.write_ms.load(Ordering::Relaxed))
             .max(self.exchange_ms.load(Ordering::Relaxed));
         let idle = self.served.load(Ordering::Relaxed) > 0
@@ -367,7 +373,8 @@ impl ConnState {
     /// Bytes came in on the raw socket (under TLS, before a whole record
     /// can be decrypted).
     pub(super) fn touched_socket(&self) {
-        self.read_ms.store(clock::now_ms(), Ordering::Relaxed);
+        self.socket_read_ms
+            .store(clock::now_ms(), Ordering::Relaxed);
     }
 
     pub(super) fn in_flight(&self) -> bool {

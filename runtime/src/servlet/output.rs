@@ -59,7 +59,7 @@ pub(crate) fn escape_controls(text: &str) -> String {
 /// request id come first on each line (`guest{servlet=… request_id=…}:`),
 /// before the text, which may itself say `request_id=…`.
 pub(crate) fn guest_span(servlet: &str, request_id: &str, stream: &str) -> tracing::Span {
-    tracing::error_span!("guest", %servlet, %request_id, stream)
+    tracing::error_span!("guest", %servlet, %request_id, %stream)
 }
 
 /// One output stream of a guest instance.
