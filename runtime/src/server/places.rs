@@ -40,9 +40,25 @@ pub(crate) struct Places {
 /// A connection served without parking, as its place knows it.
 struct Supervised {
     state: Weak<ConnState>,
-    asked: Arc<Notify>,
+    asked: Arc<RoomSignal>,
     /// Asked already: not asked again while it closes.
     asked_once: AtomicBool,
+}
+
+/// How a supervised connection is asked to close: a flag and the waker of
+/// its task, registered at each of its wakes without a lock (a `Notify`
+/// takes its lock at every poll).
+#[derive(Default)]
+struct RoomSignal {
+    asked: AtomicBool,
+    waker: futures_util::task::AtomicWaker,
+}
+
+impl RoomSignal {
+    fn ask(&self) {
+        self.asked.store(true, Ordering::Release);
+        self.waker.wake();
+    }
 }
 
 /// How often a connection waiting for a place asks again for room.
@@ -87,7 +103,7 @@ impl Places {
             Some((_, s)) => {
                 s.asked_once.store(true, Ordering::Relaxed);
                 self.closing.fetch_add(1, Ordering::Relaxed);
-                s.asked.notify_one();
+                s.asked.ask();
                 true
             }
             None => false,
@@ -155,7 +171,7 @@ impl Slot {
     /// room (see [`Places`]); it leaves when the returned value drops.
     pub(crate) fn supervised(&self, state: &Arc<ConnState>) -> RoomAsk {
         let id = self.places.next_id.fetch_add(1, Ordering::Relaxed);
-        let asked = Arc::new(Notify::new());
+        let asked = Arc::new(RoomSignal::default());
         if let Ok(mut supervised) = self.places.supervised.lock() {
             supervised.insert(
                 id,
@@ -194,14 +210,25 @@ impl Slot {
 pub(crate) struct RoomAsk {
     places: Arc<Places>,
     id: u64,
-    asked: Arc<Notify>,
+    asked: Arc<RoomSignal>,
 }
 
 impl RoomAsk {
     /// Completes when a connection waiting for a place asks this one to
     /// close (it checks it is still idle first).
     pub(crate) async fn asked(&self) {
-        self.asked.notified().await;
+        std::future::poll_fn(|cx| {
+            if self.asked.asked.swap(false, Ordering::Acquire) {
+                return std::task::Poll::Ready(());
+            }
+            self.asked.waker.register(cx.waker());
+            // Asked between the check and the registration.
+            if self.asked.asked.swap(false, Ordering::Acquire) {
+                return std::task::Poll::Ready(());
+            }
+            std::task::Poll::Pending
+        })
+        .await;
     }
 
     /// Asked, but not idle after all (a request came): it may be asked
