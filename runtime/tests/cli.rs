@@ -554,7 +554,7 @@ fn every_log_line_of_a_request_carries_its_id() {
         .arg("--servlets")
         .arg(dir.path().join("servlets"))
         .env("RUST_LOG", "info");
-    let (mut child, addr) = spawn_serving(command);
+    let (child, addr) = spawn_serving(command);
     let mut stream = TcpStream::connect(&addr).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -572,17 +572,7 @@ fn every_log_line_of_a_request_carries_its_id() {
         .expect("x-request-id")
         .trim()
         .to_owned();
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let mut log = String::new();
-    child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut log)
-        .expect("log");
-    let _ = child.wait();
+    let log = stop(child);
     let request_lines: Vec<&str> = log.lines().filter(|l| l.contains("noisy")).collect();
     let printed = request_lines
         .iter()
@@ -1089,18 +1079,8 @@ fn file_names_and_import_names_cannot_forge_log_lines() {
         .arg("--servlets")
         .arg(&servlets)
         .env("RUST_LOG", "info");
-    let (mut child, _addr) = spawn_serving(command);
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let mut log = String::new();
-    child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut log)
-        .expect("log");
-    let _ = child.wait();
+    let (child, _addr) = spawn_serving(command);
+    let log = stop(child);
     assert!(
         !log.lines().any(|l| l.starts_with("2026-01-01")),
         "a forged line: {log}"
