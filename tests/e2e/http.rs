@@ -263,6 +263,24 @@ async fn connections_over_the_limit_wait_for_a_free_slot() -> Result<()> {
 /// At `max_connections`, an idle keep-alive connection closes to make
 /// room, as NGINX's do: a new client does not wait out a
 /// `keepalive_timeout` behind clients that made one request each.
+/// A new client at `max_connections` is answered within 5 s: a place was
+/// made for it, it did not wait out an idle connection's timeout.
+async fn served_soon(server: &TestServer) -> Result<()> {
+    let started = Instant::now();
+    let mut client = TcpStream::connect(server.addr()).await?;
+    client
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await?;
+    let answer = read_until_close(&mut client, Duration::from_secs(10)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn at_the_limit_an_idle_keep_alive_connection_makes_room() -> Result<()> {
     let (_site, server) = server_with("max_connections = 2\nkeepalive_timeout = \"30s\"").await?;
@@ -275,18 +293,7 @@ async fn at_the_limit_an_idle_keep_alive_connection_makes_room() -> Result<()> {
         assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
         idle.push(c);
     }
-    let started = std::time::Instant::now();
-    let mut third = TcpStream::connect(server.addr()).await?;
-    third
-        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-        .await?;
-    let answer = read_until_close(&mut third, Duration::from_secs(10)).await;
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
+    served_soon(&server).await?;
     // One of the idle ones was closed for it, the other kept.
     let mut closed = 0;
     for c in &mut idle {
@@ -308,17 +315,7 @@ async fn at_the_limit_an_idle_http2_connection_makes_room() -> Result<()> {
     let mut closed = Vec::new();
     let mut senders = Vec::new();
     for _ in 0..2 {
-        let stream = TcpStream::connect(server.addr()).await?;
-        let (mut sender, conn) = hyper::client::conn::http2::handshake(
-            hyper_util::rt::TokioExecutor::new(),
-            hyper_util::rt::TokioIo::new(stream),
-        )
-        .await?;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let _ = conn.await;
-            let _ = tx.send(());
-        });
+        let (mut sender, rx) = server.h2_connection().await?;
         let res = sender
             .send_request(Request::get(server.url("/")).body(Full::<Bytes>::default())?)
             .await?;
@@ -327,18 +324,7 @@ async fn at_the_limit_an_idle_http2_connection_makes_room() -> Result<()> {
         senders.push(sender);
         closed.push(rx);
     }
-    let started = Instant::now();
-    let mut third = TcpStream::connect(server.addr()).await?;
-    third
-        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-        .await?;
-    let answer = read_until_close(&mut third, Duration::from_secs(10)).await;
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
+    served_soon(&server).await?;
     let mut ended = 0;
     for rx in closed {
         if tokio::time::timeout(Duration::from_millis(500), rx)
@@ -357,13 +343,7 @@ async fn at_the_limit_an_idle_http2_connection_makes_room() -> Result<()> {
 #[tokio::test]
 async fn at_the_limit_a_busy_http2_connection_keeps_its_place() -> Result<()> {
     let (_site, server) = server_with("max_connections = 1\nkeepalive_timeout = \"30s\"").await?;
-    let stream = TcpStream::connect(server.addr()).await?;
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await?;
-    tokio::spawn(conn);
+    let (mut sender, _closed) = server.h2_connection().await?;
     // A served request first (so it is a keep-alive connection), then a
     // 4 MiB body left unread: its stream stays open, the window full.
     let res = sender

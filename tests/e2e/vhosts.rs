@@ -33,13 +33,7 @@ async fn the_host_header_picks_the_site() -> Result<()> {
         .await?;
     assert!(r.ends_with("site a"), "{r}");
     // HTTP/2 uses :authority.
-    let stream = tokio::net::TcpStream::connect(server.addr()).await?;
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await?;
-    tokio::spawn(conn);
+    let (mut sender, _closed) = server.h2_connection().await?;
     let res = sender
         .send_request(Request::get("http://b.test/").body(Full::<bytes::Bytes>::default())?)
         .await?;

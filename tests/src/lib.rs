@@ -227,6 +227,28 @@ impl TestServer {
         read_reply(res).await
     }
 
+    /// One HTTP/2 connection (prior knowledge) to send requests on, and
+    /// what resolves when the server has closed it.
+    pub async fn h2_connection(
+        &self,
+    ) -> Result<(
+        hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+        oneshot::Receiver<()>,
+    )> {
+        let stream = TcpStream::connect(self.addr).await?;
+        let (sender, conn) = hyper::client::conn::http2::handshake(
+            TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(stream),
+        )
+        .await?;
+        let (closed, on_close) = oneshot::channel();
+        tokio::spawn(async move {
+            let _ = conn.await;
+            let _ = closed.send(());
+        });
+        Ok((sender, on_close))
+    }
+
     /// Writes raw bytes on a new connection and reads until the server
     /// closes it or `wait` passes.
     pub async fn raw(&self, request: &[u8], wait: Duration) -> Result<String> {

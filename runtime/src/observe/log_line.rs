@@ -282,7 +282,7 @@ fn json_text(out: &mut Vec<u8>, v: Option<&[u8]>) {
                 let written = out.split_off(start);
                 let text = String::from_utf8_lossy(&written);
                 for c in text.chars() {
-                    if matches!(c, '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+                    if super::one_line::breaks_or_reorders(c) {
                         out.extend_from_slice(format!("\\u{:04x}", u32::from(c)).as_bytes());
                     } else {
                         let mut buf = [0u8; 4];

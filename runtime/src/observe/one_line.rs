@@ -48,16 +48,22 @@ pub fn one_line(line: &[u8], ansi: bool) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
+/// Whether `c`, shown raw, breaks a line (U+2028, U+2029) or makes a
+/// viewer show the line's text in another order (the bidirectional
+/// overrides and isolates, U+202A–U+202E and U+2066–U+2069): what every
+/// log line escapes besides control characters.
+pub fn breaks_or_reorders(c: char) -> bool {
+    matches!(c, '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// The character starting at `i` (a 0xE2 lead byte) if it is one that
-/// breaks a line or reorders one: U+2028, U+2029, U+202A–U+202E,
-/// U+2066–U+2069.
+/// [`breaks_or_reorders`] a line.
 fn special(body: &[u8], i: usize) -> Option<char> {
-    let c = match body.get(i..i + 3)? {
-        [0xe2, 0x80, b @ 0xa8..=0xae] => 0x2000 + u32::from(*b - 0x80),
-        [0xe2, 0x81, b @ 0xa6..=0xa9] => 0x2040 + u32::from(*b - 0x80),
-        _ => return None,
-    };
-    char::from_u32(c)
+    let c = std::str::from_utf8(body.get(i..i + 3)?)
+        .ok()?
+        .chars()
+        .next()?;
+    breaks_or_reorders(c).then_some(c)
 }
 
 #[cfg(test)]

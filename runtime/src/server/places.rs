@@ -40,9 +40,7 @@ pub(crate) struct Places {
 /// A connection served without parking, as its place knows it.
 struct Supervised {
     state: Weak<ConnState>,
-    asked: Arc<RoomSignal>,
-    /// Asked already: not asked again while it closes.
-    asked_once: AtomicBool,
+    signal: Arc<RoomSignal>,
 }
 
 /// How a supervised connection is asked to close: a flag and the waker of
@@ -50,15 +48,12 @@ struct Supervised {
 /// takes its lock at every poll).
 #[derive(Default)]
 struct RoomSignal {
+    /// Asked, and the connection has not looked yet.
     asked: AtomicBool,
+    /// Asked, and not yet found busy: it is closing (counted in
+    /// `Places::closing`), and not asked again.
+    pending: AtomicBool,
     waker: futures_util::task::AtomicWaker,
-}
-
-impl RoomSignal {
-    fn ask(&self) {
-        self.asked.store(true, Ordering::Release);
-        self.waker.wake();
-    }
 }
 
 /// How often a connection waiting for a place asks again for room.
@@ -96,18 +91,17 @@ impl Places {
         };
         let idlest = supervised
             .values()
-            .filter(|s| !s.asked_once.load(Ordering::Relaxed))
-            .filter_map(|s| Some((s.state.upgrade()?.idle_for_room(now)?, s)))
+            .filter(|s| !s.signal.pending.load(Ordering::Relaxed))
+            .filter_map(|s| Some((s.state.upgrade()?.idle_for_room(now)?, &s.signal)))
             .min_by_key(|(since, _)| *since);
-        match idlest {
-            Some((_, s)) => {
-                s.asked_once.store(true, Ordering::Relaxed);
-                self.closing.fetch_add(1, Ordering::Relaxed);
-                s.asked.ask();
-                true
-            }
-            None => false,
-        }
+        let Some((_, signal)) = idlest else {
+            return false;
+        };
+        signal.pending.store(true, Ordering::Relaxed);
+        self.closing.fetch_add(1, Ordering::Relaxed);
+        signal.asked.store(true, Ordering::Release);
+        signal.waker.wake();
+        true
     }
 
     /// A place for a connection just accepted, if one is free.
@@ -124,7 +118,7 @@ impl Places {
         }
     }
 
-    /// A place for a connection just accepted; waits (asking the parked
+    /// A place for a connection just accepted; waits (asking idle
     /// connections for room) while there is none.
     pub(crate) async fn take(self: &Arc<Self>, app: &App) -> Slot {
         let permit = match self.free.clone().try_acquire_owned() {
@@ -171,21 +165,20 @@ impl Slot {
     /// room (see [`Places`]); it leaves when the returned value drops.
     pub(crate) fn supervised(&self, state: &Arc<ConnState>) -> RoomAsk {
         let id = self.places.next_id.fetch_add(1, Ordering::Relaxed);
-        let asked = Arc::new(RoomSignal::default());
+        let signal = Arc::new(RoomSignal::default());
         if let Ok(mut supervised) = self.places.supervised.lock() {
             supervised.insert(
                 id,
                 Supervised {
                     state: Arc::downgrade(state),
-                    asked: asked.clone(),
-                    asked_once: AtomicBool::new(false),
+                    signal: signal.clone(),
                 },
             );
         }
         RoomAsk {
             places: self.places.clone(),
             id,
-            asked,
+            signal,
         }
     }
 
@@ -194,12 +187,7 @@ impl Slot {
     pub(crate) async fn room_wanted(&self) {
         loop {
             self.places.wanted.notified().await;
-            if self
-                .places
-                .waiting
-                .load(std::sync::atomic::Ordering::Relaxed)
-                > 0
-            {
+            if self.places.waiting.load(Ordering::Relaxed) > 0 {
                 return;
             }
         }
@@ -210,20 +198,21 @@ impl Slot {
 pub(crate) struct RoomAsk {
     places: Arc<Places>,
     id: u64,
-    asked: Arc<RoomSignal>,
+    signal: Arc<RoomSignal>,
 }
 
 impl RoomAsk {
     /// Completes when a connection waiting for a place asks this one to
     /// close (it checks it is still idle first).
     pub(crate) async fn asked(&self) {
+        let asked = || self.signal.asked.swap(false, Ordering::Acquire);
         std::future::poll_fn(|cx| {
-            if self.asked.asked.swap(false, Ordering::Acquire) {
+            if asked() {
                 return std::task::Poll::Ready(());
             }
-            self.asked.waker.register(cx.waker());
+            self.signal.waker.register(cx.waker());
             // Asked between the check and the registration.
-            if self.asked.asked.swap(false, Ordering::Acquire) {
+            if asked() {
                 return std::task::Poll::Ready(());
             }
             std::task::Poll::Pending
@@ -234,10 +223,12 @@ impl RoomAsk {
     /// Asked, but not idle after all (a request came): it may be asked
     /// again later.
     pub(crate) fn not_now(&self) {
-        if let Ok(supervised) = self.places.supervised.lock()
-            && let Some(s) = supervised.get(&self.id)
-            && s.asked_once.swap(false, Ordering::Relaxed)
-        {
+        self.done_closing();
+    }
+
+    /// No longer counted among the connections closing for room.
+    fn done_closing(&self) {
+        if self.signal.pending.swap(false, Ordering::Relaxed) {
             self.places.closing.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -245,12 +236,10 @@ impl RoomAsk {
 
 impl Drop for RoomAsk {
     fn drop(&mut self) {
-        if let Ok(mut supervised) = self.places.supervised.lock()
-            && let Some(s) = supervised.remove(&self.id)
-            && s.asked_once.load(Ordering::Relaxed)
-        {
-            self.places.closing.fetch_sub(1, Ordering::Relaxed);
+        if let Ok(mut supervised) = self.places.supervised.lock() {
+            supervised.remove(&self.id);
         }
+        self.done_closing();
     }
 }
 

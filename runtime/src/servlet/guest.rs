@@ -17,8 +17,9 @@ pub(crate) const HEADER_SET_LIMIT: usize = 64 << 10;
 
 /// The most bytes one WASI random call (`random_get`, `get-random-bytes`)
 /// may ask for; past it the guest traps. The host fills the buffer on the
-/// worker thread without yielding (about 7 ms a MiB), so wasmtime's own
-/// cap, 64 MiB, stalled the worker's other connections for 400 ms; keys
+/// worker thread without yielding (7 to 13 ms a MiB): under wasmtime's
+/// own cap, 64 MiB, one 32 MiB call stalled the worker's other
+/// connections for 407 ms; keys
 /// and seeds are bytes, and a guest wanting more calls again.
 pub(crate) const MAX_RANDOM_BYTES: u64 = 1 << 20;
 

@@ -44,9 +44,7 @@ pub(crate) fn log_lines(text: &[u8]) -> impl Iterator<Item = String> + '_ {
 pub(crate) fn escape_controls(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if (c.is_control() && c != '\t')
-            || matches!(c, '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-        {
+        if (c.is_control() && c != '\t') || crate::observe::one_line::breaks_or_reorders(c) {
             out.extend(c.escape_unicode());
         } else {
             out.push(c);

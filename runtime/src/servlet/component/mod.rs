@@ -542,7 +542,7 @@ impl Guest for ComponentGuest {
                     outcome: outcome_rx,
                     task: abort,
                     sent,
-                    tally: (stats, id.clone(), self.info.clone()),
+                    tally: (stats, id, self.info.clone()),
                 };
                 let (head, body) = res.into_parts();
                 let bodyless = head_only || crate::body::status_has_no_body(head.status);
@@ -551,6 +551,7 @@ impl Guest for ComponentGuest {
                 // route's limit: nothing has gone out, so a 500.
                 if let Some(failure) = (!bodyless).then(|| body.failed_before_any_byte()).flatten()
                 {
+                    let id = ctx.id.to_string();
                     tracing::warn!(servlet = %self.info.name, request_id = %id, error = %failure, "component failed before its body's first byte");
                     let store_down = store_down.load(Ordering::Relaxed);
                     return Err(self.no_response(&failure, &input.verdict, store_down, &id));
