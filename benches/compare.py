@@ -39,7 +39,8 @@ WASMTIME_VERSION = "48.0.2"
 HOST = "127.0.0.1"
 PORTS = {"swan": 18101, "nginx": 18102, "limit": 18103, "wt-fresh": 18104, "wt-reuse": 18105, "base": 18106,
          "swan-embedded": 18107, "swan-redis": 18108, "swan-ops": 18110, "swan-tls": 18112, "nginx-tls": 18113,
-         "swan-static": 18114, "base-static": 18115, "swan-p3": 18116, "wt-p3-fresh": 18117, "wt-p3-reuse": 18118}
+         "swan-static": 18114, "base-static": 18115, "swan-p3": 18116, "wt-p3-fresh": 18117, "wt-p3-reuse": 18118,
+         "base-tls": 18119}
 REDIS_PORT = 18109
 # The stores part: each side is a servlet on one of two swan processes (the
 # `default` store embedded, or on Redis).
@@ -73,6 +74,7 @@ STORE_SIDES = {
     # The TLS part: HTTPS, the same certificate on both.
     "swan-https": ("swan-tls", "/100.html"),
     "nginx-https": ("nginx-tls", "/100.html"),
+    "base-https": ("base-tls", "/100.html"),
 }
 
 STORE_PART = ["hello", "emb-counter", "emb-get", "redis-counter", "redis-get"]
@@ -298,15 +300,15 @@ def start_each(wasmtime, wanted, baseline, servers):
             .replace("[[site]]", f'[admin]\nlisten = "{HOST}:18111"\n[log]\naccess = "{WORK}/access.log"\n[[site]]'))
         servers["swan-ops"] = Server("swan-ops", [ROOT / "target/release/swan", "serve", "--config",
                                                   WORK / "swan-ops.toml"], PORTS["swan-ops"])
-    if "swan-tls" in wanted:
-        tls_cert()
-        (WORK / "swan-tls.toml").write_text(
-            (WORK / "swan.toml").read_text().replace(
-                f'listen = ["{HOST}:{PORTS["swan"]}"]',
-                f'listen = [{{ addr = "{HOST}:{PORTS["swan-tls"]}", tls = true }}]\n'
-                f'[server.tls]\ncert = "{WORK}/tls/cert.pem"\nkey = "{WORK}/tls/key.pem"'))
-        servers["swan-tls"] = Server("swan-tls", [ROOT / "target/release/swan", "serve", "--config",
-                                                  WORK / "swan-tls.toml"], PORTS["swan-tls"])
+    for name, binary in (("swan-tls", ROOT / "target/release/swan"), ("base-tls", baseline)):
+        if name in wanted:
+            tls_cert()
+            (WORK / f"{name}.toml").write_text(
+                (WORK / "swan.toml").read_text().replace(
+                    f'listen = ["{HOST}:{PORTS["swan"]}"]',
+                    f'listen = [{{ addr = "{HOST}:{PORTS[name]}", tls = true }}]\n'
+                    f'[server.tls]\ncert = "{WORK}/tls/cert.pem"\nkey = "{WORK}/tls/key.pem"'))
+            servers[name] = Server(name, [binary, "serve", "--config", WORK / f"{name}.toml"], PORTS[name])
     p3 = ROOT / "tests/guests/p3-component/target/wasm32-wasip2/release/p3_component.wasm"
     if "swan-p3" in wanted:
         # A p3 component: its own swan, built with the `p3` feature and
@@ -746,6 +748,8 @@ def main():
                 wanted[p] = ["swan", "base", "nginx"]
             elif p == "components":
                 wanted[p] = ["swan", "base"] if args.ab else ["swan", "base"] + wanted[p][1:]
+            elif p == "tls":
+                wanted[p] = ["swan-tls", "base-tls"] if args.ab else ["swan-tls", "base-tls", "nginx"]
     parts = [args.only] if args.only else ["static", "dynamic"]
     servers = start_servers(wasmtime, {s for p in parts for s in wanted[p]}, args.baseline)
     results = []
@@ -800,9 +804,11 @@ def main():
                 ["p3-swan", "p3-wt-fresh", "p3-wt-reuse"], lambda s: STORE_SIDES[s][1], [1, 100, 1000],
                 rounds, secs, servers))
         if "tls" in parts:
+            sides = ["swan-https"] + [{"base-tls": "base-https", "nginx": "nginx-https"}[s] for s in wanted["tls"][1:]]
             results.append(compare(
-                "HTTPS static 100-byte file (TLS 1.3, ECDSA P-256, keep-alive; session resumption on both): swan vs NGINX",
-                ["swan-https", "nginx-https"], lambda s: STORE_SIDES[s][1], [1, 100, 1000],
+                "HTTPS static 100-byte file (TLS 1.3, ECDSA P-256, keep-alive; session resumption on all): swan vs "
+                + " vs ".join({"base-https": "base", "nginx-https": "NGINX"}[s] for s in sides[1:]),
+                sides, lambda s: STORE_SIDES[s][1], [1, 100, 1000],
                 rounds, secs, servers, scheme="https"))
         if "ops" in parts:
             for a, b, what in (("static", "static-ops", "static 100-byte file"),

@@ -202,12 +202,21 @@ fn route(
             if let Some(v) = s.string(diag, key) {
                 // Settings are also the guest's environment variables:
                 // a name with `=` would set another variable.
-                if key.is_empty() || key.contains(['=', '\0']) || v.get_ref().contains('\0') {
+                if key.is_empty() || key.contains(['=', '\0']) {
                     diag.error(
                         v.span(),
                         &s.key_path(key),
                         format!("`{}` cannot be a setting", key.escape_debug()),
-                        Some("setting names are also environment variable names: not empty, without `=` or NUL (nor NUL in the value)".to_owned()),
+                        Some("setting names are also environment variable names: not empty, without `=` or NUL".to_owned()),
+                    );
+                    continue;
+                }
+                if v.get_ref().contains('\0') {
+                    diag.error(
+                        v.span(),
+                        &s.key_path(key),
+                        "a setting's value cannot hold a NUL character".to_owned(),
+                        Some("settings are also environment variables, whose values end at the first NUL".to_owned()),
                     );
                     continue;
                 }
