@@ -403,3 +403,61 @@ fn an_unwritable_store_file_refuses_writes_but_not_reads() {
     assert_eq!(body(&get(addr, "/has?before")), "yes");
     stop(s.child);
 }
+
+/// `swan check` finds a store file that could not be made: its folder is
+/// not writable (here an immutable folder, as root, for whom permissions
+/// alone would not stop a write), or it is under `/proc`.
+#[test]
+fn check_refuses_a_store_file_that_cannot_be_made() {
+    let dir = site();
+    let folder = dir.path().join("frozen");
+    std::fs::create_dir(&folder).expect("folder");
+    let chattr = |flag: &str| {
+        Command::new("chattr")
+            .arg(flag)
+            .arg(&folder)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    assert!(
+        chattr("+i"),
+        "chattr +i needs root and a file system with attributes"
+    );
+    struct Mutable<'a>(&'a dyn Fn(&str) -> bool);
+    impl Drop for Mutable<'_> {
+        fn drop(&mut self) {
+            (self.0)("-i");
+        }
+    }
+    let _mutable = Mutable(&chattr);
+    let check = |path: &str| {
+        std::fs::write(
+            dir.path().join("swan.toml"),
+            format!("[[store]]\nname = \"default\"\nkind = \"embedded\"\npath = \"{path}\"\n[[site]]\nroot = \"www\"\n"),
+        )
+        .expect("config");
+        let out = support::swan()
+            .args(["check", "--config"])
+            .arg(dir.path().join("swan.toml"))
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, text) = check("frozen/kv.redb");
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("swan.toml:4:8"), "{text}");
+    assert!(text.contains("frozen is not writable"), "{text}");
+    let (code, text) = check("frozen/more/kv.redb");
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("frozen is not writable"), "{text}");
+    let (code, text) = check("/proc/swan/kv.redb");
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("/proc is a kernel file system"), "{text}");
+    // Writable again: the same file is fine.
+    assert!(chattr("-i"), "chattr -i");
+    let (code, text) = check("frozen/kv.redb");
+    assert_eq!(code, Some(0), "{text}");
+}

@@ -139,8 +139,10 @@ pub(crate) struct Finding {
 }
 
 /// Why an embedded store's file could not be opened or made, if it could
-/// not: a folder in its place, or a file where a folder on its way should
-/// be (swan creates the missing folders, not those).
+/// not, found without creating anything: a folder in its place, a file
+/// where a folder on its way should be (swan creates the missing folders,
+/// not those), or, for a file to create, a nearest existing folder that
+/// is not writable or holds no files (`/proc`, `/sys`).
 fn store_file_unusable(path: &Path) -> Option<String> {
     if path.is_dir() {
         return Some(format!(
@@ -148,16 +150,50 @@ fn store_file_unusable(path: &Path) -> Option<String> {
             path.display()
         ));
     }
-    let blocked = path
+    if path.exists() {
+        // Whether it can be written now is the store's to find: on a
+        // configuration reload, a disk remounted read-only must not
+        // refuse changes elsewhere (the store goes on serving reads).
+        return None;
+    }
+    let existing = path
         .ancestors()
         .skip(1)
-        .find(|a| a.exists() && !a.is_dir())?;
-    Some(format!(
-        "{} cannot be made: {} is a file, not a folder",
-        path.display(),
-        blocked.display()
-    ))
+        .filter(|a| !a.as_os_str().is_empty())
+        .find(|a| a.exists())?;
+    if !existing.is_dir() {
+        return Some(format!(
+            "{} cannot be made: {} is a file, not a folder",
+            path.display(),
+            existing.display()
+        ));
+    }
+    if let Ok(fs) = rustix::fs::statfs(existing)
+        && [rustix::fs::PROC_SUPER_MAGIC, SYSFS_MAGIC].contains(&fs.f_type)
+    {
+        return Some(format!(
+            "{} cannot be made: {} is a kernel file system (procfs or sysfs), which holds no database",
+            path.display(),
+            existing.display()
+        ));
+    }
+    rustix::fs::access(
+        existing,
+        rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+    )
+    .err()
+    .map(|e| {
+        format!(
+            "{} cannot be made: {} is not writable: {}",
+            path.display(),
+            existing.display(),
+            std::io::Error::from(e)
+        )
+    })
 }
+
+/// sysfs's `f_type` (linux/magic.h), which rustix does not name.
+const SYSFS_MAGIC: rustix::fs::FsWord = 0x6265_6572;
 
 /// Checks what involves several sites or the filesystem.
 pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
