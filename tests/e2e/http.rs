@@ -338,6 +338,29 @@ async fn at_the_limit_an_idle_http2_connection_makes_room() -> Result<()> {
     Ok(())
 }
 
+/// An idle HTTP/2 client that never reads again (so never answers the
+/// GOAWAY's PING) still makes room within a second or so, not a whole
+/// `header_read_timeout`.
+#[tokio::test]
+async fn at_the_limit_an_http2_client_that_stopped_reading_makes_room() -> Result<()> {
+    let (_site, server) = server_with(
+        "max_connections = 1\nkeepalive_timeout = \"60s\"\nheader_read_timeout = \"30s\"",
+    )
+    .await?;
+    let mut deaf = TcpStream::connect(server.addr()).await?;
+    // The preface, an empty SETTINGS, and one GET / (HPACK: :method GET,
+    // :scheme http, :path /, :authority "a"); then nothing is read.
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    hello.extend_from_slice(&[0, 0, 6, 1, 5, 0, 0, 0, 1, 0x82, 0x86, 0x84, 0x41, 1, b'a']);
+    deaf.write_all(&hello).await?;
+    // Let it be served (its answer sits unread in the socket's buffer).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    served_soon(&server).await?;
+    drop(deaf);
+    Ok(())
+}
+
 /// An HTTP/2 connection with a response still being sent is not idle: it
 /// keeps its place at `max_connections`, and a new connection waits.
 #[tokio::test]

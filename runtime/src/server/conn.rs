@@ -515,7 +515,15 @@ where
                     tracing::debug!(%remote, "max_connections reached: an idle keep-alive connection closes to make room");
                     graceful(conn.as_mut());
                     closing = true;
-                    watchdog = Box::pin(watch(state.clone(), limits, true, false));
+                    // Someone waits for this place: a client that does not
+                    // answer the GOAWAY's PING (or stopped reading) has
+                    // ROOM_CLOSE_MS, not a whole `header_read_timeout`.
+                    // A request in flight keeps its own deadlines.
+                    let room_limits = Limits {
+                        header_read_ms: limits.header_read_ms.min(ROOM_CLOSE_MS),
+                        ..limits
+                    };
+                    watchdog = Box::pin(watch(state.clone(), room_limits, true, false));
                 } else {
                     room.not_now();
                 }
@@ -538,6 +546,11 @@ where
         }
     }
 }
+
+/// How long a connection asked to make room (see `places`) has to finish
+/// closing, when nothing is in flight: an HTTP/2 client answers the
+/// GOAWAY's PING within a round trip.
+const ROOM_CLOSE_MS: u64 = 1000;
 
 /// On shutdown: the wait for one more request on a connection (see
 /// [`DRAIN_LINGER`]). Armed only once the server drains: no timer per
