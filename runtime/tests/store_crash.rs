@@ -404,14 +404,24 @@ fn an_unwritable_store_file_refuses_writes_but_not_reads() {
     stop(s.child);
 }
 
-/// `swan check` finds a store file that could not be made: its folder is
-/// not writable (here an immutable folder, as root, for whom permissions
-/// alone would not stop a write), or it is under `/proc`.
+/// `swan check` finds a store file a route's store could not make: its
+/// folder is not writable (here an immutable folder, as root, for whom
+/// permissions alone would not stop a write), or it is under `/proc`. A
+/// store no route lists (the default store of a static site) is never
+/// opened, so its folder may be read-only; a link is followed to its own.
 #[test]
 fn check_refuses_a_store_file_that_cannot_be_made() {
     let dir = site();
+    std::fs::write(
+        dir.path().join("has.wasm"),
+        wat::parse_str(HAS).expect("has"),
+    )
+    .expect("has");
     let folder = dir.path().join("frozen");
     std::fs::create_dir(&folder).expect("folder");
+    std::fs::create_dir(dir.path().join("open")).expect("folder");
+    std::os::unix::fs::symlink(dir.path().join("open/kv.redb"), folder.join("link.redb"))
+        .expect("link");
     let chattr = |flag: &str| {
         Command::new("chattr")
             .arg(flag)
@@ -419,6 +429,22 @@ fn check_refuses_a_store_file_that_cannot_be_made() {
             .status()
             .is_ok_and(|s| s.success())
     };
+    let check = |config: &std::path::Path, text: &str| {
+        std::fs::write(config, text).expect("config");
+        let out = support::swan()
+            .args(["check", "--config"])
+            .arg(config)
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The static site's configuration, in the folder made read-only
+    // below: its default store (frozen/data/default.redb) is never opened.
+    let static_site = folder.join("swan.toml");
+    std::fs::write(&static_site, "[[site]]\nroot = \"../www\"\n").expect("config");
     assert!(
         chattr("+i"),
         "chattr +i needs root and a file system with attributes"
@@ -430,34 +456,48 @@ fn check_refuses_a_store_file_that_cannot_be_made() {
         }
     }
     let _mutable = Mutable(&chattr);
-    let check = |path: &str| {
-        std::fs::write(
-            dir.path().join("swan.toml"),
-            format!("[[store]]\nname = \"default\"\nkind = \"embedded\"\npath = \"{path}\"\n[[site]]\nroot = \"www\"\n"),
-        )
-        .expect("config");
-        let out = support::swan()
-            .args(["check", "--config"])
-            .arg(dir.path().join("swan.toml"))
-            .output()
-            .expect("run");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+    let out = support::swan()
+        .args(["check", "--config"])
+        .arg(&static_site)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = dir.path().join("swan.toml");
+    let with_store = |path: &str, listed: bool| {
+        let route = if listed {
+            "[[site.route]]\npath = \"/s\"\nservlet = \"has.wasm\"\nstores = [\"kv\"]\n"
+        } else {
+            ""
+        };
+        check(
+            &config,
+            &format!(
+                "[[store]]\nname = \"kv\"\nkind = \"embedded\"\npath = \"{path}\"\n[[site]]\nroot = \"www\"\n{route}"
+            ),
         )
     };
-    let (code, text) = check("frozen/kv.redb");
+    let (code, text) = with_store("frozen/kv.redb", true);
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("swan.toml:4:8"), "{text}");
     assert!(text.contains("frozen is not writable"), "{text}");
-    let (code, text) = check("frozen/more/kv.redb");
+    let (code, text) = with_store("frozen/more/kv.redb", true);
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("frozen is not writable"), "{text}");
-    let (code, text) = check("/proc/swan/kv.redb");
+    let (code, text) = with_store("/proc/swan/kv.redb", true);
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("/proc is a kernel file system"), "{text}");
+    // Not listed by any route: never opened, not refused.
+    let (code, text) = with_store("frozen/kv.redb", false);
+    assert_eq!(code, Some(0), "{text}");
+    // A link to a file still to be made in a writable folder.
+    let (code, text) = with_store("frozen/link.redb", true);
+    assert_eq!(code, Some(0), "{text}");
     // Writable again: the same file is fine.
     assert!(chattr("-i"), "chattr -i");
-    let (code, text) = check("frozen/kv.redb");
+    let (code, text) = with_store("frozen/kv.redb", true);
     assert_eq!(code, Some(0), "{text}");
 }

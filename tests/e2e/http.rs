@@ -348,17 +348,40 @@ async fn at_the_limit_an_http2_client_that_stopped_reading_makes_room() -> Resul
     )
     .await?;
     let mut deaf = TcpStream::connect(server.addr()).await?;
-    // The preface, an empty SETTINGS, and one GET / (HPACK: :method GET,
-    // :scheme http, :path /, :authority "a"); then nothing is read.
-    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    hello.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
-    hello.extend_from_slice(&[0, 0, 6, 1, 5, 0, 0, 0, 1, 0x82, 0x86, 0x84, 0x41, 1, b'a']);
-    deaf.write_all(&hello).await?;
+    // One request; then nothing is read.
+    deaf.write_all(&deaf_h2_get()).await?;
     // Let it be served (its answer sits unread in the socket's buffer).
     tokio::time::sleep(Duration::from_millis(300)).await;
     served_soon(&server).await?;
     drop(deaf);
     Ok(())
+}
+
+/// The same client, already closing at its `keepalive_timeout` (a GOAWAY
+/// it never reads) when a newcomer arrives: asked for room all the same,
+/// it too has a second left, not the rest of `header_read_timeout`.
+#[tokio::test]
+async fn at_the_limit_a_connection_already_closing_makes_room_soon() -> Result<()> {
+    let (_site, server) = server_with(
+        "max_connections = 1\nkeepalive_timeout = \"1s\"\nheader_read_timeout = \"30s\"",
+    )
+    .await?;
+    let mut deaf = TcpStream::connect(server.addr()).await?;
+    deaf.write_all(&deaf_h2_get()).await?;
+    // Past its keepalive_timeout: closing, its GOAWAY's PING unanswered.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    served_soon(&server).await?;
+    drop(deaf);
+    Ok(())
+}
+
+/// An HTTP/2 client's first bytes: the preface, an empty SETTINGS, and one
+/// GET / (HPACK: :method GET, :scheme http, :path /, :authority "a").
+fn deaf_h2_get() -> Vec<u8> {
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    hello.extend_from_slice(&[0, 0, 6, 1, 5, 0, 0, 0, 1, 0x82, 0x86, 0x84, 0x41, 1, b'a']);
+    hello
 }
 
 /// An HTTP/2 connection with a response still being sent is not idle: it

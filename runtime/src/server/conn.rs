@@ -510,11 +510,15 @@ where
             // A connection waiting for a place asked this one, idle, to
             // make room (see `places`): HTTP/2 closes with a GOAWAY (a
             // stream opened meanwhile is served or refused unprocessed).
-            () = room.asked(), if !closing => {
+            // One already closing (idle, drain) is asked too: it gets the
+            // shorter deadline below.
+            () = room.asked() => {
                 if state.idle_for_room(crate::clock::now_ms()).is_some() {
-                    tracing::debug!(%remote, "max_connections reached: an idle keep-alive connection closes to make room");
-                    graceful(conn.as_mut());
-                    closing = true;
+                    if !closing {
+                        tracing::debug!(%remote, "max_connections reached: an idle keep-alive connection closes to make room");
+                        graceful(conn.as_mut());
+                        closing = true;
+                    }
                     // Someone waits for this place: a client that does not
                     // answer the GOAWAY's PING (or stopped reading) has
                     // ROOM_CLOSE_MS, not a whole `header_read_timeout`.

@@ -141,19 +141,22 @@ pub(crate) struct Finding {
 /// Why an embedded store's file could not be opened or made, if it could
 /// not, found without creating anything: a folder in its place, a file
 /// where a folder on its way should be (swan creates the missing folders,
-/// not those), or, for a file to create, a nearest existing folder that
-/// is not writable or holds no files (`/proc`, `/sys`).
-fn store_file_unusable(path: &Path) -> Option<String> {
+/// not those), or, for a file a route's store (`used`) would create, a
+/// nearest existing folder that is not writable or holds no files
+/// (`/proc`, `/sys`). A store no route lists is never opened: its folder
+/// need not be writable (the default store of a static site).
+fn store_file_unusable(path: &Path, used: bool) -> Option<String> {
     if path.is_dir() {
         return Some(format!(
             "{} is a folder, not a database file",
             path.display()
         ));
     }
-    if path.exists() {
-        // Whether it can be written now is the store's to find: on a
-        // configuration reload, a disk remounted read-only must not
-        // refuse changes elsewhere (the store goes on serving reads).
+    // An existing file (whether it can be written now is the store's to
+    // find: on a configuration reload, a disk remounted read-only must not
+    // refuse changes elsewhere), or a link, which the open follows to a
+    // folder of its own.
+    if path.symlink_metadata().is_ok() {
         return None;
     }
     let existing = path
@@ -168,6 +171,9 @@ fn store_file_unusable(path: &Path) -> Option<String> {
             existing.display()
         ));
     }
+    if !used {
+        return None;
+    }
     if let Ok(fs) = rustix::fs::statfs(existing)
         && [rustix::fs::PROC_SUPER_MAGIC, SYSFS_MAGIC].contains(&fs.f_type)
     {
@@ -177,9 +183,13 @@ fn store_file_unusable(path: &Path) -> Option<String> {
             existing.display()
         ));
     }
-    rustix::fs::access(
+    // With the credentials the open will use (the effective ids and
+    // capabilities, as `access` alone does not).
+    rustix::fs::accessat(
+        rustix::fs::CWD,
         existing,
         rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+        rustix::fs::AtFlags::EACCESS,
     )
     .err()
     .map(|e| {
@@ -384,6 +394,7 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             );
         }
     }
+    let used = config.stores_used();
     for (n, store) in config.stores.iter().enumerate() {
         if config.stores[..n].iter().any(|s| s.name == store.name) {
             finding(
@@ -405,7 +416,7 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             Some((other, path))
         });
         if let StoreKind::Embedded { path } = &store.kind
-            && let Some(problem) = store_file_unusable(path)
+            && let Some(problem) = store_file_unusable(path, used.contains(&store.name))
         {
             finding(
                 At::StorePath(n),
