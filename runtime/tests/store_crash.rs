@@ -3,6 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -429,7 +430,7 @@ fn check_refuses_a_store_file_that_cannot_be_made() {
             .status()
             .is_ok_and(|s| s.success())
     };
-    let check = |config: &std::path::Path, text: &str| {
+    let check = |config: &Path, text: &str| {
         std::fs::write(config, text).expect("config");
         let out = support::swan()
             .args(["check", "--config"])
@@ -490,6 +491,12 @@ fn check_refuses_a_store_file_that_cannot_be_made() {
     let (code, text) = with_store("/proc/swan/kv.redb", true);
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("/proc is a kernel file system"), "{text}");
+    // sysfs, where it is mounted (it is on any ordinary Linux system).
+    if Path::new("/sys/kernel").is_dir() {
+        let (code, text) = with_store("/sys/swan.redb", true);
+        assert_eq!(code, Some(2), "{text}");
+        assert!(text.contains("/sys is a kernel file system"), "{text}");
+    }
     // Not listed by any route: never opened, not refused.
     let (code, text) = with_store("frozen/kv.redb", false);
     assert_eq!(code, Some(0), "{text}");

@@ -483,6 +483,9 @@ where
     } = watched;
     let room = slot.supervised(&state);
     let mut closing = false;
+    // When it started closing: a later ask for room brings its deadline
+    // forward, never back.
+    let mut closing_since = 0;
     let mut watchdog = Box::pin(watch(state.clone(), limits, false, false));
     let mut linger = Linger::default();
     loop {
@@ -505,6 +508,7 @@ where
             () = linger.wait(), if !closing => {
                 graceful(conn.as_mut());
                 closing = true;
+                closing_since = crate::clock::now_ms();
                 watchdog = Box::pin(watch(state.clone(), limits, true, false));
             }
             // A connection waiting for a place asked this one, idle, to
@@ -513,18 +517,24 @@ where
             // One already closing (idle, drain) is asked too: it gets the
             // shorter deadline below.
             () = room.asked() => {
-                if state.idle_for_room(crate::clock::now_ms()).is_some() {
-                    if !closing {
+                let now = crate::clock::now_ms();
+                if state.idle_for_room(now).is_some() {
+                    // Someone waits for this place: a client that does not
+                    // answer the GOAWAY's PING (or stopped reading) has
+                    // ROOM_CLOSE_MS, not a whole `header_read_timeout`
+                    // (nor more than was left of it, if already closing).
+                    // A request in flight keeps its own deadlines.
+                    let mut left = ROOM_CLOSE_MS;
+                    if closing {
+                        left = left.min((closing_since + limits.header_read_ms).saturating_sub(now));
+                    } else {
                         tracing::debug!(%remote, "max_connections reached: an idle keep-alive connection closes to make room");
                         graceful(conn.as_mut());
                         closing = true;
+                        closing_since = now;
                     }
-                    // Someone waits for this place: a client that does not
-                    // answer the GOAWAY's PING (or stopped reading) has
-                    // ROOM_CLOSE_MS, not a whole `header_read_timeout`.
-                    // A request in flight keeps its own deadlines.
                     let room_limits = Limits {
-                        header_read_ms: limits.header_read_ms.min(ROOM_CLOSE_MS),
+                        header_read_ms: limits.header_read_ms.min(left),
                         ..limits
                     };
                     watchdog = Box::pin(watch(state.clone(), room_limits, true, false));
@@ -537,6 +547,7 @@ where
                     tracing::debug!(%remote, "idle: closing gracefully");
                     graceful(conn.as_mut());
                     closing = true;
+                    closing_since = crate::clock::now_ms();
                     watchdog = Box::pin(watch(state.clone(), limits, true, false));
                 }
                 Verdict::Idle | Verdict::Drop | Verdict::Park => {

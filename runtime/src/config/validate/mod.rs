@@ -184,13 +184,25 @@ fn store_file_unusable(path: &Path, used: bool) -> Option<String> {
         ));
     }
     // With the credentials the open will use (the effective ids and
-    // capabilities, as `access` alone does not).
-    rustix::fs::accessat(
-        rustix::fs::CWD,
-        existing,
-        rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
-        rustix::fs::AtFlags::EACCESS,
-    )
+    // capabilities, as `access` alone does not). A seccomp filter older
+    // than faccessat2 (Linux 5.8) may refuse it with EPERM: then, when
+    // the real and effective ids are one, `access` answers the same.
+    let writable = |flags| {
+        rustix::fs::accessat(
+            rustix::fs::CWD,
+            existing,
+            rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+            flags,
+        )
+    };
+    let same_ids = rustix::process::getuid() == rustix::process::geteuid()
+        && rustix::process::getgid() == rustix::process::getegid();
+    match writable(rustix::fs::AtFlags::EACCESS) {
+        Err(rustix::io::Errno::PERM | rustix::io::Errno::NOSYS) if same_ids => {
+            writable(rustix::fs::AtFlags::empty())
+        }
+        other => other,
+    }
     .err()
     .map(|e| {
         format!(
@@ -394,7 +406,12 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             );
         }
     }
-    let used = config.stores_used();
+    // Stores are opened only for a configuration with servlets.
+    let used = if config.wants_servlets() {
+        config.stores_used()
+    } else {
+        Vec::new()
+    };
     for (n, store) in config.stores.iter().enumerate() {
         if config.stores[..n].iter().any(|s| s.name == store.name) {
             finding(
