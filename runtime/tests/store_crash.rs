@@ -357,25 +357,7 @@ fn an_unwritable_store_file_refuses_writes_but_not_reads() {
     let s = start(dir.path(), &[], true);
     let (addr, admin) = (&s.urls[0], s.admin.as_deref().expect("admin"));
     assert_eq!(body(&get(addr, "/big?before")), "stored");
-    let file = dir.path().join("data/default.redb");
-    let chattr = |flag: &str| {
-        Command::new("chattr")
-            .arg(flag)
-            .arg(&file)
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    assert!(
-        chattr("+i"),
-        "chattr +i needs root and a file system with attributes"
-    );
-    struct Mutable<'a>(&'a dyn Fn(&str) -> bool);
-    impl Drop for Mutable<'_> {
-        fn drop(&mut self) {
-            (self.0)("-i");
-        }
-    }
-    let _mutable = Mutable(&chattr);
+    let frozen = Immutable::new(&dir.path().join("data/default.redb"));
     assert_eq!(body(&get(addr, "/big?refused")), "unavailable");
     // Reads, over several of the writer's once-a-second probes, with
     // writes failing between them.
@@ -388,7 +370,7 @@ fn an_unwritable_store_file_refuses_writes_but_not_reads() {
     }
     let reply = get(admin, "/readyz");
     assert_eq!(support::status_of(&reply), 503, "{reply}");
-    assert!(chattr("-i"), "chattr -i");
+    frozen.release();
     let deadline = Instant::now() + Duration::from_secs(15);
     while body(&get(addr, "/big?after")) != "stored" {
         if Instant::now() > deadline {
@@ -423,13 +405,6 @@ fn check_refuses_a_store_file_that_cannot_be_made() {
     std::fs::create_dir(dir.path().join("open")).expect("folder");
     std::os::unix::fs::symlink(dir.path().join("open/kv.redb"), folder.join("link.redb"))
         .expect("link");
-    let chattr = |flag: &str| {
-        Command::new("chattr")
-            .arg(flag)
-            .arg(&folder)
-            .status()
-            .is_ok_and(|s| s.success())
-    };
     let check = |config: &Path, text: &str| {
         std::fs::write(config, text).expect("config");
         let out = support::swan()
@@ -446,17 +421,7 @@ fn check_refuses_a_store_file_that_cannot_be_made() {
     // below: its default store (frozen/data/default.redb) is never opened.
     let static_site = folder.join("swan.toml");
     std::fs::write(&static_site, "[[site]]\nroot = \"../www\"\n").expect("config");
-    assert!(
-        chattr("+i"),
-        "chattr +i needs root and a file system with attributes"
-    );
-    struct Mutable<'a>(&'a dyn Fn(&str) -> bool);
-    impl Drop for Mutable<'_> {
-        fn drop(&mut self) {
-            (self.0)("-i");
-        }
-    }
-    let _mutable = Mutable(&chattr);
+    let frozen = Immutable::new(&folder);
     let out = support::swan()
         .args(["check", "--config"])
         .arg(&static_site)
@@ -504,7 +469,39 @@ fn check_refuses_a_store_file_that_cannot_be_made() {
     let (code, text) = with_store("frozen/link.redb", true);
     assert_eq!(code, Some(0), "{text}");
     // Writable again: the same file is fine.
-    assert!(chattr("-i"), "chattr -i");
+    frozen.release();
     let (code, text) = with_store("frozen/kv.redb", true);
     assert_eq!(code, Some(0), "{text}");
+}
+
+/// A file or folder made immutable (`chattr +i`, as root: permissions
+/// alone do not stop root) until [`Immutable::release`] or the drop.
+struct Immutable(std::path::PathBuf);
+
+impl Immutable {
+    fn new(path: &Path) -> Immutable {
+        assert!(
+            chattr("+i", path),
+            "chattr +i needs root and a file system with attributes"
+        );
+        Immutable(path.to_owned())
+    }
+
+    fn release(&self) {
+        assert!(chattr("-i", &self.0), "chattr -i");
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        chattr("-i", &self.0);
+    }
+}
+
+fn chattr(flag: &str, path: &Path) -> bool {
+    Command::new("chattr")
+        .arg(flag)
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success())
 }
