@@ -12,6 +12,8 @@ never a single run.
     python3 benches/compare.py --quick    # under 3 minutes: 3 rounds of 2 s
     python3 benches/compare.py --baseline OLD/swan --ab   # A/B: this swan vs another build
     python3 benches/compare.py --only stores   # key-value stores: counter and get, embedded and Redis
+    python3 benches/compare.py --only tls --ab --baseline OLD/swan   # HTTPS A/B (read it both ways round)
+    python3 benches/compare.py --only static --ab --baseline COPY   # A/A, COPY a copy of target/release/swan: the harness's own spread
     python3 benches/compare.py --only spin --baseline OLD/swan   # static latency beside spinning servlets
 
 Prints a Markdown report (machine, command, one table per comparison) and
