@@ -78,6 +78,24 @@ fn write_certs(dir: &Path, certs: &Certs) {
     std::fs::write(dir.join("ca.pem"), &certs.ca_pem).expect("ca");
 }
 
+/// A site whose one listener is TLS, with a certificate of `serial`:
+/// `server` and `site` are more keys for `[server]` and `[[site]]`.
+fn tls_site(serial: u64, server: &str, site: &str) -> (tempfile::TempDir, Certs) {
+    let dir = self::site();
+    let certs = make_certs(serial);
+    write_certs(dir.path(), &certs);
+    std::fs::write(
+        dir.path().join("swan.toml"),
+        format!(
+            "[server]\nlisten = [{{ addr = \"127.0.0.1:0\", tls = true }}]\n{server}\
+             [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n\
+             [[site]]\nroot = \"www\"\n{site}"
+        ),
+    )
+    .expect("config");
+    (dir, certs)
+}
+
 /// curl's answer: (HTTP version, status, headers + body).
 fn curl(dir: &Path, args: &[&str], url: &str) -> (String, u16, String) {
     let out = Command::new("curl")
@@ -424,16 +442,7 @@ async fn raw_tls(
 /// to it. Plain HTTP sent to the port gets a 400 that says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_http1_holds_the_head_limit_and_clients_without_alpn_are_served() {
-    let dir = site();
-    let certs = make_certs(7);
-    write_certs(dir.path(), &certs);
-    std::fs::write(
-        dir.path().join("swan.toml"),
-        "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\nmax_header_bytes = 131072\n\
-         [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n\
-         [[site]]\nroot = \"www\"\n",
-    )
-    .expect("config");
+    let (dir, certs) = tls_site(7, "max_header_bytes = 131072\n", "");
     let s = start(dir.path(), &[], false);
     let tls = s.urls[0].clone();
     let head = |filler: usize| {
@@ -570,17 +579,8 @@ async fn https_http1_holds_the_head_limit_and_clients_without_alpn_are_served() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_client_that_stops_reading_is_dropped_after_send_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let dir = site();
-    let certs = make_certs(9);
-    write_certs(dir.path(), &certs);
+    let (dir, certs) = tls_site(9, "send_timeout = \"2s\"\n", "");
     std::fs::write(dir.path().join("www/big.bin"), vec![b'b'; 48 << 20]).expect("big");
-    std::fs::write(
-        dir.path().join("swan.toml"),
-        "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\nsend_timeout = \"2s\"\n\
-         [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n\
-         [[site]]\nroot = \"www\"\n",
-    )
-    .expect("config");
     let s = start(dir.path(), &[], false);
     let mut tls = connect(&s.urls[0], &[&certs.ca_der], &[b"http/1.1"]).await;
     tls.write_all(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
@@ -706,16 +706,7 @@ async fn an_https_client_that_leaves_while_its_servlet_runs_is_a_499() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_cut_off_over_tls_does_not_end_cleanly() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let dir = site();
-    let certs = make_certs(11);
-    write_certs(dir.path(), &certs);
-    std::fs::write(
-        dir.path().join("swan.toml"),
-        "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\n\
-         [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n\
-         [[site]]\nroot = \"www\"\n[site.cache]\nmax_file_size = \"64 KiB\"\n",
-    )
-    .expect("config");
+    let (dir, certs) = tls_site(11, "", "[site.cache]\nmax_file_size = \"64 KiB\"\n");
     // Sparse: 256 MiB of zeros each, streamed (past max_file_size).
     let size: u64 = 256 << 20;
     for n in 0..2 {
@@ -771,15 +762,7 @@ async fn a_response_cut_off_over_tls_does_not_end_cleanly() {
 /// kernel send a reset that can destroy the answer before curl reads it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_https_upload_over_the_limit_gets_its_413() {
-    let dir = site();
-    let certs = make_certs(11);
-    write_certs(dir.path(), &certs);
-    std::fs::write(
-        dir.path().join("swan.toml"),
-        "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\nmax_body_bytes = \"64 KiB\"\n\
-         [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n[[site]]\nroot = \"www\"\n",
-    )
-    .expect("config");
+    let (dir, _certs) = tls_site(11, "max_body_bytes = \"64 KiB\"\n", "");
     let s = start(dir.path(), &[], false);
     let port = s.urls[0].rsplit(':').next().unwrap_or("").to_owned();
     let url = format!("https://localhost:{port}/");
@@ -816,17 +799,7 @@ async fn an_https_upload_over_the_limit_gets_its_413() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_limit_an_idle_tls_keep_alive_connection_makes_room() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let dir = site();
-    let certs = make_certs(9);
-    write_certs(dir.path(), &certs);
-    std::fs::write(
-        dir.path().join("swan.toml"),
-        "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\nmax_connections = 2\n\
-         keepalive_timeout = \"60s\"\n\
-         [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n\
-         [[site]]\nroot = \"www\"\n",
-    )
-    .expect("config");
+    let (dir, certs) = tls_site(9, "max_connections = 2\nkeepalive_timeout = \"60s\"\n", "");
     let s = start(dir.path(), &[], false);
     let addr = s.urls[0].clone();
     let alpn: &[&[u8]] = &[b"http/1.1"];
@@ -885,16 +858,7 @@ async fn at_the_limit_an_idle_tls_keep_alive_connection_makes_room() {
 async fn trickled_ciphertext_does_not_keep_a_connection_open() {
     use std::io::Write;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let dir = site();
-    let certs = make_certs(10);
-    write_certs(dir.path(), &certs);
-    std::fs::write(
-        dir.path().join("swan.toml"),
-        "[server]\nlisten = [{ addr = \"127.0.0.1:0\", tls = true }]\nheader_read_timeout = \"2s\"\n\
-         [server.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n\
-         [[site]]\nroot = \"www\"\n",
-    )
-    .expect("config");
+    let (dir, certs) = tls_site(10, "header_read_timeout = \"2s\"\n", "");
     let s = start(dir.path(), &[], false);
     let tls = connect(&s.urls[0], &[&certs.ca_der], &[b"http/1.1"]).await;
     let (mut tcp, mut client) = tls.into_inner();

@@ -260,9 +260,6 @@ async fn connections_over_the_limit_wait_for_a_free_slot() -> Result<()> {
     Ok(())
 }
 
-/// At `max_connections`, an idle keep-alive connection closes to make
-/// room, as NGINX's do: a new client does not wait out a
-/// `keepalive_timeout` behind clients that made one request each.
 /// A new client at `max_connections` is answered within 5 s: a place was
 /// made for it, it did not wait out an idle connection's timeout.
 async fn served_soon(server: &TestServer) -> Result<()> {
@@ -281,6 +278,9 @@ async fn served_soon(server: &TestServer) -> Result<()> {
     Ok(())
 }
 
+/// At `max_connections`, an idle keep-alive connection closes to make
+/// room, as NGINX's do: a new client does not wait out a
+/// `keepalive_timeout` behind clients that made one request each.
 #[tokio::test]
 async fn at_the_limit_an_idle_keep_alive_connection_makes_room() -> Result<()> {
     let (_site, server) = server_with("max_connections = 2\nkeepalive_timeout = \"30s\"").await?;
@@ -343,18 +343,8 @@ async fn at_the_limit_an_idle_http2_connection_makes_room() -> Result<()> {
 /// `header_read_timeout`.
 #[tokio::test]
 async fn at_the_limit_an_http2_client_that_stopped_reading_makes_room() -> Result<()> {
-    let (_site, server) = server_with(
-        "max_connections = 1\nkeepalive_timeout = \"60s\"\nheader_read_timeout = \"30s\"",
-    )
-    .await?;
-    let mut deaf = TcpStream::connect(server.addr()).await?;
-    // One request; then nothing is read.
-    deaf.write_all(&deaf_h2_get()).await?;
-    // Let it be served (its answer sits unread in the socket's buffer).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    served_soon(&server).await?;
-    drop(deaf);
-    Ok(())
+    // Served, its answer unread in the socket's buffer.
+    deaf_client_makes_room("60s", Duration::from_millis(300)).await
 }
 
 /// The same client, already closing at its `keepalive_timeout` (a GOAWAY
@@ -362,14 +352,21 @@ async fn at_the_limit_an_http2_client_that_stopped_reading_makes_room() -> Resul
 /// it too has a second left, not the rest of `header_read_timeout`.
 #[tokio::test]
 async fn at_the_limit_a_connection_already_closing_makes_room_soon() -> Result<()> {
-    let (_site, server) = server_with(
-        "max_connections = 1\nkeepalive_timeout = \"1s\"\nheader_read_timeout = \"30s\"",
-    )
+    // Past its keepalive_timeout: closing, its GOAWAY's PING unanswered.
+    deaf_client_makes_room("1s", Duration::from_millis(1800)).await
+}
+
+/// With `max_connections = 1` and `header_read_timeout` at 30 s, an HTTP/2
+/// client sends one request and reads nothing more; `wait` later, a new
+/// client is served soon.
+async fn deaf_client_makes_room(keepalive: &str, wait: Duration) -> Result<()> {
+    let (_site, server) = server_with(&format!(
+        "max_connections = 1\nkeepalive_timeout = \"{keepalive}\"\nheader_read_timeout = \"30s\""
+    ))
     .await?;
     let mut deaf = TcpStream::connect(server.addr()).await?;
     deaf.write_all(&deaf_h2_get()).await?;
-    // Past its keepalive_timeout: closing, its GOAWAY's PING unanswered.
-    tokio::time::sleep(Duration::from_millis(1800)).await;
+    tokio::time::sleep(wait).await;
     served_soon(&server).await?;
     drop(deaf);
     Ok(())

@@ -134,8 +134,12 @@ impl Config {
         self.sites.iter().find(|s| s.default)
     }
 
-    /// The names of the stores some route lists.
+    /// The names of the stores a start opens: those some site's servlets
+    /// or route list, in a configuration with servlets (without, none is).
     pub fn stores_used(&self) -> Vec<String> {
+        if !self.wants_servlets() {
+            return Vec::new();
+        }
         let mut used: Vec<String> = self
             .sites
             .iter()

@@ -482,11 +482,10 @@ where
         slot,
     } = watched;
     let room = slot.supervised(&state);
-    let mut closing = false;
-    // When it started closing: a later ask for room brings its deadline
-    // forward, never back.
-    let mut closing_since = 0;
-    let mut watchdog = Box::pin(watch(state.clone(), limits, false, false));
+    // Since when a graceful close is under way: a later ask for room
+    // brings its deadline forward, never back.
+    let mut closing: Option<u64> = None;
+    let mut watchdog = Box::pin(watch(state.clone(), limits, None, false));
     let mut linger = Linger::default();
     loop {
         tokio::select! {
@@ -495,7 +494,7 @@ where
             biased;
             result = conn.as_mut() => {
                 // A close swan asked for (drain, idle) needs no linger.
-                let ended = if closing { Ended::ClosedByUs } else { Ended::Closed };
+                let ended = if closing.is_some() { Ended::ClosedByUs } else { Ended::Closed };
                 return result.map(|()| ended).map_err(Into::into);
             }
             () = &mut gone => {
@@ -504,12 +503,11 @@ where
                 tracing::debug!(%remote, "the client left while its request was handled");
                 return Ok(Ended::ClientLeft);
             }
-            _ = shutdown.changed(), if !closing && !linger.started() => linger.start(&state),
-            () = linger.wait(), if !closing => {
+            _ = shutdown.changed(), if closing.is_none() && !linger.started() => linger.start(&state),
+            () = linger.wait(), if closing.is_none() => {
                 graceful(conn.as_mut());
-                closing = true;
-                closing_since = crate::clock::now_ms();
-                watchdog = Box::pin(watch(state.clone(), limits, true, false));
+                closing = Some(crate::clock::now_ms());
+                watchdog = Box::pin(watch(state.clone(), limits, closing, false));
             }
             // A connection waiting for a place asked this one, idle, to
             // make room (see `places`): HTTP/2 closes with a GOAWAY (a
@@ -519,36 +517,35 @@ where
             () = room.asked() => {
                 let now = crate::clock::now_ms();
                 if state.idle_for_room(now).is_some() {
+                    let since = match closing {
+                        Some(since) => since,
+                        None => {
+                            tracing::debug!(%remote, "max_connections reached: an idle keep-alive connection closes to make room");
+                            graceful(conn.as_mut());
+                            closing = Some(now);
+                            now
+                        }
+                    };
                     // Someone waits for this place: a client that does not
                     // answer the GOAWAY's PING (or stopped reading) has
                     // ROOM_CLOSE_MS, not a whole `header_read_timeout`
                     // (nor more than was left of it, if already closing).
                     // A request in flight keeps its own deadlines.
-                    let mut left = ROOM_CLOSE_MS;
-                    if closing {
-                        left = left.min((closing_since + limits.header_read_ms).saturating_sub(now));
-                    } else {
-                        tracing::debug!(%remote, "max_connections reached: an idle keep-alive connection closes to make room");
-                        graceful(conn.as_mut());
-                        closing = true;
-                        closing_since = now;
-                    }
                     let room_limits = Limits {
-                        header_read_ms: limits.header_read_ms.min(left),
+                        header_read_ms: limits.header_read_ms.min((now + ROOM_CLOSE_MS).saturating_sub(since)),
                         ..limits
                     };
-                    watchdog = Box::pin(watch(state.clone(), room_limits, true, false));
+                    watchdog = Box::pin(watch(state.clone(), room_limits, closing, false));
                 } else {
                     room.not_now();
                 }
             }
             verdict = &mut watchdog => match verdict {
-                Verdict::Idle if !closing => {
+                Verdict::Idle if closing.is_none() => {
                     tracing::debug!(%remote, "idle: closing gracefully");
                     graceful(conn.as_mut());
-                    closing = true;
-                    closing_since = crate::clock::now_ms();
-                    watchdog = Box::pin(watch(state.clone(), limits, true, false));
+                    closing = Some(crate::clock::now_ms());
+                    watchdog = Box::pin(watch(state.clone(), limits, closing, false));
                 }
                 Verdict::Idle | Verdict::Drop | Verdict::Park => {
                     tracing::debug!(%remote, "connection dropped by timeout");

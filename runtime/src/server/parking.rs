@@ -126,7 +126,7 @@ pub(crate) async fn serve(
         let mut gone = unsafe { ClientGone::new(io.get_ref(), state.clone()) };
         let mut conn = Box::pin(builders.http1.serve_connection(TokioIo::new(io), service));
         let mut closing = false;
-        let mut watchdog = Box::pin(watchdog::watch(state.clone(), limits, false, true));
+        let mut watchdog = Box::pin(watchdog::watch(state.clone(), limits, None, true));
         let ended = loop {
             tokio::select! {
                 result = conn.as_mut() => break result,
@@ -140,18 +140,18 @@ pub(crate) async fn serve(
                 () = linger.wait(), if !closing => {
                     state.release();
                     closing = true;
-                    watchdog = Box::pin(watchdog::watch(state.clone(), limits, true, false));
+                    watchdog = Box::pin(watchdog::watch(state.clone(), limits, Some(crate::clock::now_ms()), false));
                 }
                 verdict = &mut watchdog => match verdict {
                     Verdict::Park if !closing => {
                         state.release();
-                        watchdog = Box::pin(watchdog::watch(state.clone(), limits, false, true));
+                        watchdog = Box::pin(watchdog::watch(state.clone(), limits, None, true));
                     }
                     Verdict::Idle if !closing => {
                         tracing::debug!(remote = %peer.addr, "idle: closing gracefully");
                         state.release();
                         closing = true;
-                        watchdog = Box::pin(watchdog::watch(state.clone(), limits, true, false));
+                        watchdog = Box::pin(watchdog::watch(state.clone(), limits, Some(crate::clock::now_ms()), false));
                     }
                     Verdict::Idle | Verdict::Drop | Verdict::Park => {
                         tracing::debug!(remote = %peer.addr, "connection dropped by timeout");
@@ -233,7 +233,7 @@ async fn parked(
     limits: Limits,
     slot: Option<&Slot>,
 ) -> Option<usize> {
-    let mut watchdog = Box::pin(watchdog::watch(state.clone(), limits, false, false));
+    let mut watchdog = Box::pin(watchdog::watch(state.clone(), limits, None, false));
     let mut room_wanted = std::pin::pin!(async {
         match slot {
             Some(slot) => slot.room_wanted().await,

@@ -220,14 +220,10 @@ impl RoomAsk {
         .await;
     }
 
-    /// Asked, but not idle after all (a request came): it may be asked
-    /// again later.
+    /// Asked, but not idle after all (a request came): no longer counted
+    /// among the connections closing for room, and it may be asked again
+    /// later.
     pub(crate) fn not_now(&self) {
-        self.done_closing();
-    }
-
-    /// No longer counted among the connections closing for room.
-    fn done_closing(&self) {
         if self.signal.pending.swap(false, Ordering::Relaxed) {
             self.places.closing.fetch_sub(1, Ordering::Relaxed);
         }
@@ -239,7 +235,7 @@ impl Drop for RoomAsk {
         if let Ok(mut supervised) = self.places.supervised.lock() {
             supervised.remove(&self.id);
         }
-        self.done_closing();
+        self.not_now();
     }
 }
 

@@ -63,12 +63,12 @@ pub(crate) enum Verdict {
 }
 
 /// Sleeps until one of the connection's deadlines passes. `closing`: a
-/// graceful close is under way since the watchdog started; `park`: the
+/// graceful close is under way since then (coarse-clock ms); `park`: the
 /// connection may be parked when idle.
 pub(crate) async fn watch(
     state: Arc<ConnState>,
     limits: Limits,
-    closing: bool,
+    closing: Option<u64>,
     park: bool,
 ) -> Verdict {
     let recheck = limits
@@ -83,10 +83,9 @@ pub(crate) async fn watch(
     // are also when an HTTP/1 connection looks for a client that left
     // (`client_gone`), parkable or not (TLS).
     let mut busy_recheck = PARK_AFTER_MS.min(recheck);
-    let closing_since = clock::now_ms();
     loop {
         let now = clock::now_ms();
-        let (deadline, verdict) = state.deadline(limits, closing.then_some(closing_since), park);
+        let (deadline, verdict) = state.deadline(limits, closing, park);
         if now >= deadline {
             return verdict;
         }

@@ -138,85 +138,6 @@ pub(crate) struct Finding {
     pub(crate) hint: String,
 }
 
-/// Why an embedded store's file could not be opened or made, if it could
-/// not, found without creating anything: a folder in its place, a file
-/// where a folder on its way should be (swan creates the missing folders,
-/// not those), or, for a file a route's store (`used`) would create, a
-/// nearest existing folder that is not writable or holds no files
-/// (`/proc`, `/sys`). A store no route lists is never opened: its folder
-/// need not be writable (the default store of a static site).
-fn store_file_unusable(path: &Path, used: bool) -> Option<String> {
-    if path.is_dir() {
-        return Some(format!(
-            "{} is a folder, not a database file",
-            path.display()
-        ));
-    }
-    // An existing file (whether it can be written now is the store's to
-    // find: on a configuration reload, a disk remounted read-only must not
-    // refuse changes elsewhere), or a link, which the open follows to a
-    // folder of its own.
-    if path.symlink_metadata().is_ok() {
-        return None;
-    }
-    let existing = path
-        .ancestors()
-        .skip(1)
-        .filter(|a| !a.as_os_str().is_empty())
-        .find(|a| a.exists())?;
-    if !existing.is_dir() {
-        return Some(format!(
-            "{} cannot be made: {} is a file, not a folder",
-            path.display(),
-            existing.display()
-        ));
-    }
-    if !used {
-        return None;
-    }
-    if let Ok(fs) = rustix::fs::statfs(existing)
-        && [rustix::fs::PROC_SUPER_MAGIC, SYSFS_MAGIC].contains(&fs.f_type)
-    {
-        return Some(format!(
-            "{} cannot be made: {} is a kernel file system (procfs or sysfs), which holds no database",
-            path.display(),
-            existing.display()
-        ));
-    }
-    // With the credentials the open will use (the effective ids and
-    // capabilities, as `access` alone does not). A seccomp filter older
-    // than faccessat2 (Linux 5.8) may refuse it with EPERM: then, when
-    // the real and effective ids are one, `access` answers the same.
-    let writable = |flags| {
-        rustix::fs::accessat(
-            rustix::fs::CWD,
-            existing,
-            rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
-            flags,
-        )
-    };
-    let same_ids = rustix::process::getuid() == rustix::process::geteuid()
-        && rustix::process::getgid() == rustix::process::getegid();
-    match writable(rustix::fs::AtFlags::EACCESS) {
-        Err(rustix::io::Errno::PERM | rustix::io::Errno::NOSYS) if same_ids => {
-            writable(rustix::fs::AtFlags::empty())
-        }
-        other => other,
-    }
-    .err()
-    .map(|e| {
-        format!(
-            "{} cannot be made: {} is not writable: {}",
-            path.display(),
-            existing.display(),
-            std::io::Error::from(e)
-        )
-    })
-}
-
-/// sysfs's `f_type` (linux/magic.h), which rustix does not name.
-const SYSFS_MAGIC: rustix::fs::FsWord = 0x6265_6572;
-
 /// Checks what involves several sites or the filesystem.
 pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
     let mut found = Vec::new();
@@ -406,12 +327,7 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             );
         }
     }
-    // Stores are opened only for a configuration with servlets.
-    let used = if config.wants_servlets() {
-        config.stores_used()
-    } else {
-        Vec::new()
-    };
+    let used = config.stores_used();
     for (n, store) in config.stores.iter().enumerate() {
         if config.stores[..n].iter().any(|s| s.name == store.name) {
             finding(
@@ -433,7 +349,7 @@ pub(crate) fn check(config: &Config, positions: &Positions) -> Vec<Finding> {
             Some((other, path))
         });
         if let StoreKind::Embedded { path } = &store.kind
-            && let Some(problem) = store_file_unusable(path, used.contains(&store.name))
+            && let Some(problem) = written::store_file_unusable(path, used.contains(&store.name))
         {
             finding(
                 At::StorePath(n),

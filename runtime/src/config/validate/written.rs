@@ -1,6 +1,7 @@
-//! Files swan writes, not reads: the access log and the pid file. Each
-//! must be writable where it is, and outside every site (it would be
-//! served, and each write would reload the site).
+//! Files swan writes, not reads: the access log and the pid file, each
+//! writable where it is and outside every site (it would be served, and
+//! each write would reload the site); and an embedded store's file, which
+//! must be one it can make.
 
 use std::path::Path;
 
@@ -101,19 +102,97 @@ fn folder_unwritable(path: &Path) -> Option<String> {
             folder.display()
         ));
     }
-    rustix::fs::access(
-        folder,
-        rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
-    )
-    .err()
-    .map(|e| {
+    not_writable(folder).map(|e| {
         format!(
-            "cannot be created: its folder {} is not writable: {}",
-            folder.display(),
-            std::io::Error::from(e)
+            "cannot be created: its folder {} is not writable: {e}",
+            folder.display()
         )
     })
 }
+
+/// Why this process could not make a file in `folder`, found without
+/// making one: checked with the credentials the open will use (the
+/// effective ids and capabilities, which `access` alone does not). A
+/// seccomp filter older than faccessat2 (Linux 5.8) may refuse that with
+/// EPERM: then, when the real and effective ids are one, `access`
+/// answers the same.
+fn not_writable(folder: &Path) -> Option<std::io::Error> {
+    let writable = |flags| {
+        rustix::fs::accessat(
+            rustix::fs::CWD,
+            folder,
+            rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+            flags,
+        )
+    };
+    let same_ids = rustix::process::getuid() == rustix::process::geteuid()
+        && rustix::process::getgid() == rustix::process::getegid();
+    match writable(rustix::fs::AtFlags::EACCESS) {
+        Err(rustix::io::Errno::PERM | rustix::io::Errno::NOSYS) if same_ids => {
+            writable(rustix::fs::AtFlags::empty())
+        }
+        other => other,
+    }
+    .err()
+    .map(std::io::Error::from)
+}
+
+/// Why an embedded store's file could not be opened or made, if it could
+/// not, found without creating anything: a folder in its place, a file
+/// where a folder on its way should be (swan creates the missing folders,
+/// not those), or, for a store a start opens (`used`, see
+/// `Config::stores_used`), a nearest existing folder that is not writable
+/// or holds no files (`/proc`, `/sys`). Another is never opened: its
+/// folder need not be writable (the default store of a static site).
+pub(super) fn store_file_unusable(path: &Path, used: bool) -> Option<String> {
+    if path.is_dir() {
+        return Some(format!(
+            "{} is a folder, not a database file",
+            path.display()
+        ));
+    }
+    // An existing file (whether it can be written now is the store's to
+    // find: on a configuration reload, a disk remounted read-only must not
+    // refuse changes elsewhere), or a link, which the open follows to a
+    // folder of its own.
+    if path.symlink_metadata().is_ok() {
+        return None;
+    }
+    let existing = path
+        .ancestors()
+        .skip(1)
+        .filter(|a| !a.as_os_str().is_empty())
+        .find(|a| a.exists())?;
+    if !existing.is_dir() {
+        return Some(format!(
+            "{} cannot be made: {} is a file, not a folder",
+            path.display(),
+            existing.display()
+        ));
+    }
+    if !used {
+        return None;
+    }
+    if let Ok(fs) = rustix::fs::statfs(existing)
+        && [rustix::fs::PROC_SUPER_MAGIC, SYSFS_MAGIC].contains(&fs.f_type)
+    {
+        return Some(format!(
+            "{} cannot be made: {} is a kernel file system (procfs or sysfs), which holds no database",
+            path.display(),
+            existing.display()
+        ));
+    }
+    not_writable(existing).map(|e| {
+        format!(
+            "{} cannot be made: {} is not writable: {e}",
+            path.display(),
+            existing.display()
+        )
+    })
+}
+
+/// sysfs's `f_type` (linux/magic.h), which rustix does not name.
+const SYSFS_MAGIC: rustix::fs::FsWord = 0x6265_6572;
 
 /// A file swan writes (`at`: the access log or the pid file) inside a
 /// site's root would be served to anyone, and each write would reload the
