@@ -6,7 +6,8 @@ use std::net::{IpAddr, Ipv4Addr};
 /// Whether an address is reachable on the public internet: not loopback,
 /// private, link-local (cloud metadata lives there), shared, reserved,
 /// documentation or multicast, in either family, nor a tunnel or
-/// translation prefix that carries an IPv4 address (6to4, Teredo, NAT64).
+/// translation prefix that carries an IPv4 address (6to4, Teredo, NAT64,
+/// SIIT's `::ffff:0:0:0/96`).
 pub(crate) fn is_global(ip: IpAddr) -> bool {
     fn v4(ip: Ipv4Addr) -> bool {
         let o = ip.octets();
@@ -30,12 +31,11 @@ pub(crate) fn is_global(ip: IpAddr) -> bool {
                 return v4(mapped);
             }
             let s = ip.segments();
-            !(s[..6].iter().all(|&x| x == 0)
-                || ip.is_multicast()
-                || ip.is_unique_local()
-                || ip.is_unicast_link_local()
-                || (s[0] & 0xffc0) == 0xfec0
-                || (s[0] == 0x64 && s[1] == 0xff9b)
+            // Only 2000::/3 is allocated for global unicast: everything
+            // else is unspecified, loopback, the IPv4-compatible and
+            // -translated (`::ffff:0:a.b.c.d`, SIIT) forms, discard,
+            // NAT64 (`64:ff9b::/96`), unique or link-local, multicast.
+            !((s[0] & 0xe000) != 0x2000
                 || s[0] == 0x2002
                 || (s[0] == 0x2001 && s[1] == 0)
                 || (s[0] == 0x2001 && s[1] == 0x0db8))
@@ -63,6 +63,11 @@ mod tests {
             "fd00::1",
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
+            "::ffff:0:127.0.0.1",
+            "::ffff:0:7f00:1",
+            "::ffff:0:10.0.0.1",
+            "::ffff:0:0:1.1.1.1",
+            "100::1",
             "64:ff9b::a00:1",
             "2002:a00:1::",
             "2001:0:4136:e378:8000:63bf:f5ff:fffe",
