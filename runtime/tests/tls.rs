@@ -669,15 +669,7 @@ async fn an_https_client_that_leaves_while_its_servlet_runs_is_a_499() {
             _ => {}
         }
         drop(tls);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let lines = loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let lines: Vec<String> = text.lines().map(str::to_owned).collect();
-            if lines.len() > n || Instant::now() > deadline {
-                break lines;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let lines = log_lines(&log, n + 1).await;
         let line: serde_json::Value = serde_json::from_str(&lines[n]).expect("a JSON line");
         assert_eq!(line["status"], 499, "{how}: {lines:?}");
         let ms = line["duration_ms"].as_f64().expect("duration");
@@ -694,7 +686,37 @@ async fn an_https_client_that_leaves_while_its_servlet_runs_is_a_499() {
         );
         assert_eq!(running, Some(0.0), "{how}: {metrics}");
     }
+    // Plain HTTP to the HTTPS port: its 400 gets a line too, as every head
+    // refused before a site saw it does (it had none).
+    let plain_addr = addr.clone();
+    let reply = tokio::task::spawn_blocking(move || {
+        raw(
+            &plain_addr,
+            b"GET /plain HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        )
+    })
+    .await
+    .expect("plain client");
+    assert_eq!(status_of(&reply), 400, "{reply}");
+    let lines = log_lines(&log, 4).await;
+    let line: serde_json::Value =
+        serde_json::from_str(lines.get(3).map_or("", String::as_str)).expect("a JSON line");
+    assert_eq!(line["status"], 400, "{lines:?}");
+    assert_eq!(line["site"], "-", "{lines:?}");
     stop(s.child);
+}
+
+/// The access log's lines once it has `n` (or what it has after 10 s).
+async fn log_lines(log: &Path, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        if lines.len() >= n || Instant::now() > deadline {
+            return lines;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A response cut off part-way (here: a file streamed from disk truncated

@@ -323,7 +323,7 @@ pub(crate) fn ended_with(
 
 /// Counts and logs a request head refused with `status` before any site
 /// saw it.
-fn refused(observe: &Observe, peer: Peer, version: http::Version, status: u16) {
+pub(super) fn refused(observe: &Observe, peer: Peer, version: http::Version, status: u16) {
     if let Some(i) = REFUSED_STATUSES.iter().position(|&s| s == status) {
         observe.heads_refused[i].add(1);
     }

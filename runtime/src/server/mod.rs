@@ -366,8 +366,8 @@ async fn handshake(
             if tokio::time::timeout_at(deadline, tls::starts_plain_http(&stream)).await == Ok(true)
             {
                 // A request refused before any site saw it, not a
-                // handshake that failed.
-                app.observe.heads_refused[0].add(1);
+                // handshake that failed: counted and logged as one.
+                conn::refused(&app.observe, peer, http::Version::HTTP_11, 400);
                 tracing::debug!(%remote, "plain HTTP on a TLS listener: answered 400");
                 tls::answer_plain_http(stream).await;
                 return;
