@@ -44,9 +44,16 @@ pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey, CertError> {
 /// errors): each file's own problem, else whether they belong together.
 pub fn problems(cert: &Path, key: &Path) -> CertProblems {
     match (load_chain(cert), load_key(key)) {
-        (Ok(chain), Ok(signing)) => CertProblems {
-            pair: pair(chain, signing, cert, key).err(),
-            ..CertProblems::default()
+        (Ok(chain), Ok(signing)) => match pair(chain, signing, cert, key) {
+            Ok(_) => CertProblems::default(),
+            Err(e @ CertError::File { .. }) => CertProblems {
+                cert: Some(e),
+                ..CertProblems::default()
+            },
+            Err(e) => CertProblems {
+                pair: Some(e),
+                ..CertProblems::default()
+            },
         },
         (chain, signing) => CertProblems {
             cert: chain.err(),
@@ -129,7 +136,9 @@ fn pair(
             rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown) => {
                 " (the key's public half could not be compared with the certificate's)".to_owned()
             }
-            e => format!(" ({e})"),
+            // The leaf could not be parsed to compare: the certificate's
+            // problem, not the key's.
+            e => return file_error(cert, unusable_certificate(&e)),
         };
         CertError::Key(format!(
             "{} does not belong to the certificate in {}{why}",
@@ -138,6 +147,16 @@ fn pair(
         ))
     })?;
     Ok(certified)
+}
+
+/// Why rustls cannot use a leaf certificate that parsed as PEM.
+fn unusable_certificate(e: &rustls::Error) -> String {
+    // webpki's error sits behind rustls' `OtherError`; its name is the
+    // one stable handle on it.
+    if format!("{e:?}").contains("UnsupportedCertVersion") {
+        return "an X.509 version 1 certificate, which rustls does not accept: make a version 3 one (`openssl req -x509`, or `openssl x509 -req` with `-extfile` naming its extensions)".to_owned();
+    }
+    format!("not a certificate rustls can use ({e})")
 }
 
 /// The most a certificate chain or key file may hold.
@@ -210,6 +229,48 @@ pub fn validity_problem(key: &CertifiedKey) -> Option<String> {
 mod tests {
     use super::{load, pem_reason};
     use rustls::pki_types::pem::Error;
+
+    /// An X.509 version 1 certificate (what `openssl x509 -req` makes
+    /// without `-extfile`), which rustls refuses: the message names the
+    /// certificate and says what to make instead, not that the key does
+    /// not belong to it. A throwaway pair made for this test.
+    #[test]
+    fn a_version_1_certificate_is_the_certificates_problem() {
+        const V1_CERT: &str = "\
+-----BEGIN CERTIFICATE-----\n\
+MIIBJDCBywIUY9y7HUPkvGENv/L/xXFM5sjQzgIwCgYIKoZIzj0EAwIwFDESMBAG\n\
+A1UEAwwJbG9jYWxob3N0MCAXDTI2MTIwMzE4MDgzN1oYDzIxMjYxMTA5MTgwODM3\n\
+WjAUMRIwEAYDVQQDDAlsb2NhbGhvc3QwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNC\n\
+AATiDcrCi6+8Ear5Dg5jur+yJMrWyye08DWKSjjR1/Rkz8h99xS8zNhq4xLTwt17\n\
+PDf1b0CAzTD7tHzakQ16Qp9dMAoGCCqGSM49BAMCA0gAMEUCIC7sQZWDSgEZyVZT\n\
+sjrcr8nOtN0Fsx0HvF9O9aN4lrUOAiEA/5y8u9U4aq/mDMcytvE3fEA9cj4pPdav\n\
+5JQCDJrtr+Q=\n\
+-----END CERTIFICATE-----\n\
+";
+        const V1_KEY: &str = "\
+-----BEGIN PRIVATE KEY-----\n\
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg/EkrKREwiASqWWhJ\n\
+8KhG8tU+XbPyMFNGcJcp6LBKvxuhRANCAATiDcrCi6+8Ear5Dg5jur+yJMrWyye0\n\
+8DWKSjjR1/Rkz8h99xS8zNhq4xLTwt17PDf1b0CAzTD7tHzakQ16Qp9d\n\
+-----END PRIVATE KEY-----\n\
+";
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&cert_path, V1_CERT).expect("cert");
+        std::fs::write(&key_path, V1_KEY).expect("key");
+        let problems = super::problems(&cert_path, &key_path);
+        assert!(
+            problems.key.is_none() && problems.pair.is_none(),
+            "{problems:?}"
+        );
+        let err = problems.cert.expect("the certificate refused").to_string();
+        assert!(err.starts_with(&cert_path.display().to_string()), "{err}");
+        assert!(err.contains("X.509 version 1"), "{err}");
+        let err = load(&cert_path, &key_path)
+            .expect_err("refused")
+            .to_string();
+        assert!(!err.contains("does not belong"), "{err}");
+    }
 
     /// A chain with a block that is not a certificate (a damaged
     /// intermediate) is refused, where only the leaf used to be read; a
