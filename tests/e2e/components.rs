@@ -385,6 +385,24 @@ async fn a_component_sees_the_authority_and_scheme_the_client_used() -> Result<(
         )
         .await?;
     assert_eq!(r.text(), "203.0.113.7");
+    // The scheme likewise: the trusted proxy's word, set by swan.
+    for (told, seen) in [
+        ("https", "https"),
+        ("http, https", "https"),
+        ("http", "http"),
+    ] {
+        let r = server
+            .get_with(
+                "/f/header?name=x-forwarded-proto",
+                &[("x-forwarded-proto", told)],
+            )
+            .await?;
+        assert_eq!(r.text(), seen, "told {told}");
+    }
+    let r = server
+        .get_with("/f/header?name=x-forwarded-proto", &[])
+        .await?;
+    assert_eq!(r.text(), "http");
     let r = server
         .get_with(
             "/f/header?name=x-request-id",
@@ -396,8 +414,9 @@ async fn a_component_sees_the_authority_and_scheme_the_client_used() -> Result<(
     Ok(())
 }
 
-/// Without a trusted proxy, a component sees the peer's address, not what
-/// the client wrote in `X-Forwarded-For`.
+/// Without a trusted proxy, a component sees the peer's address and the
+/// connection's scheme, not what the client wrote in `X-Forwarded-For`
+/// and `X-Forwarded-Proto`.
 #[tokio::test]
 async fn a_component_sees_the_peer_not_a_forwarded_for_it_was_told() -> Result<()> {
     let (_site, server) = start("").await?;
@@ -408,6 +427,13 @@ async fn a_component_sees_the_peer_not_a_forwarded_for_it_was_told() -> Result<(
         )
         .await?;
     assert_eq!(r.text(), "127.0.0.1");
+    let r = server
+        .get_with(
+            "/f/header?name=x-forwarded-proto",
+            &[("x-forwarded-proto", "https")],
+        )
+        .await?;
+    assert_eq!(r.text(), "http");
     Ok(())
 }
 

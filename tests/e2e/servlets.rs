@@ -182,13 +182,15 @@ fn header_echo(name: &str) -> Vec<u8> {
 /// A native servlet sees a Host whatever the protocol, as a component
 /// does: HTTP/2's `:authority`, an HTTP/1.0 absolute-form target's
 /// authority, else the server's name. Before, only HTTP/1.1 carried one.
-/// And it sees swan's X-Forwarded-For, not the client's.
+/// And it sees swan's X-Forwarded-For and X-Forwarded-Proto, not the
+/// client's.
 #[tokio::test]
 async fn a_native_servlet_sees_a_host_over_every_protocol() -> Result<()> {
     let (_site, server) = start(
         &[
             ("host.wasm", header_echo("host")),
             ("xff.wasm", header_echo("x-forwarded-for")),
+            ("proto.wasm", header_echo("x-forwarded-proto")),
         ],
         "",
     )
@@ -216,6 +218,11 @@ async fn a_native_servlet_sees_a_host_over_every_protocol() -> Result<()> {
         .get_with("/xff", &[("x-forwarded-for", "5.5.5.5")])
         .await?;
     assert_eq!(r.text(), "127.0.0.1");
+    // And X-Forwarded-Proto by the connection's scheme.
+    let r = server
+        .get_with("/proto", &[("x-forwarded-proto", "https")])
+        .await?;
+    assert_eq!(r.text(), "http");
     Ok(())
 }
 

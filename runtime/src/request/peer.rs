@@ -15,6 +15,9 @@ use crate::config::ProxyConfig;
 /// servlet.
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
+/// The scheme header a trusted proxy sets, and swan sets for a servlet.
+pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
 /// The other end of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer {
@@ -70,7 +73,7 @@ impl Peer {
         // The rightmost value is the one the nearest (trusted) proxy set;
         // anything left of it came from further away, maybe the client.
         let proto = headers
-            .get_all("x-forwarded-proto")
+            .get_all(&X_FORWARDED_PROTO)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))

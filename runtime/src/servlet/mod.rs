@@ -199,16 +199,21 @@ impl Servlet {
                 .unwrap_or(http::HeaderValue::from_static("localhost"));
             parts.headers.insert(http::header::HOST, host);
         }
-        // In place of any the client sent: the client's address as swan
-        // found it (the peer, or per a trusted proxy) and the request's
-        // id, for a component, which cannot learn them otherwise, and for
-        // a native servlet reading headers (ABI parts 6 and 7 say the
-        // same), which would otherwise believe a client's own.
+        // In place of any the client sent: the client's address and
+        // scheme as swan found them (the connection, or per a trusted
+        // proxy) and the request's id, for a component, which cannot learn
+        // them otherwise, and for a native servlet reading headers (ABI
+        // parts 6 and 7 say the same), which would otherwise believe a
+        // client's own.
         if let Ok(client) = http::HeaderValue::from_str(&ctx.remote.ip().to_string()) {
             parts
                 .headers
                 .insert(crate::request::peer::X_FORWARDED_FOR, client);
         }
+        parts.headers.insert(
+            crate::request::peer::X_FORWARDED_PROTO,
+            http::HeaderValue::from_static(if ctx.https { "https" } else { "http" }),
+        );
         parts
             .headers
             .insert(crate::request::id::REQUEST_ID_HEADER, ctx.id.header_value());
