@@ -910,3 +910,124 @@ fn the_pid_file_names_the_serving_process_through_an_upgrade_and_goes_at_exit() 
         .collect();
     assert!(left.is_empty(), "no temporary file left: {left:?}");
 }
+
+/// Fetches `path` until it answers with `body` (or 15 s pass).
+fn served_within(addr: &str, path: &str, body: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if get(addr, path).ends_with(&format!("\r\n\r\n{body}")) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// A folder in the site that swan may not read (a `lost+found`, here a
+/// mode 000 folder with swan running as root without the capabilities
+/// that bypass file modes) costs only that folder: files added beside
+/// it, in other folders and in a folder made later are served, and the
+/// rest of hot reload works. Before, the recursive watch failed on it and
+/// hot reload was off for the life of the process. And a large file it
+/// may not read is a 404, as a small one is.
+#[test]
+fn a_folder_swan_cannot_read_does_not_turn_hot_reload_off() {
+    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+    });
+    // setpriv needs root to drop the capabilities.
+    if !root {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = site();
+    let www = dir.path().join("www");
+    std::fs::create_dir_all(www.join("locked")).expect("locked");
+    std::fs::write(www.join("locked/a.txt"), "secret").expect("a.txt");
+    std::fs::create_dir_all(www.join("sub")).expect("sub");
+    let locked = www.join("locked");
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).expect("chmod");
+    // A file too large to cache (streamed) that swan may not read is not
+    // served, as a small one is not: 404 (it was a 500).
+    let big = www.join("big.bin");
+    std::fs::write(&big, vec![b'b'; 2 << 20]).expect("big.bin");
+    std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o000)).expect("chmod");
+    let mut program = Command::new("setpriv");
+    let caps = "-dac_override,-dac_read_search";
+    program
+        .args(["--inh-caps", caps, "--bounding-set", caps])
+        .arg(env!("CARGO_BIN_EXE_swan"));
+    let mut s = start_program(
+        program,
+        dir.path(),
+        &["--listen", "127.0.0.1:0", "--root", "www"],
+        false,
+    );
+    let (log, _rx) = log_lines(s.child.stderr.take().expect("stderr"));
+    let addr = s.urls[0].clone();
+    // The folder is unreadable to this swan (else the test shows nothing).
+    assert!(get(&addr, "/locked/a.txt").starts_with("HTTP/1.1 404"));
+    let reply = get(&addr, "/big.bin");
+    assert!(
+        reply.starts_with("HTTP/1.1 404"),
+        "{}",
+        &reply[..reply.len().min(200)]
+    );
+    std::fs::write(www.join("new.txt"), "beside").expect("new.txt");
+    std::fs::write(www.join("sub/b.txt"), "below").expect("b.txt");
+    let served = [
+        served_within(&addr, "/new.txt", "beside"),
+        served_within(&addr, "/sub/b.txt", "below"),
+    ];
+    // A folder made after the start is watched too.
+    std::fs::create_dir(www.join("later")).expect("later");
+    std::fs::write(www.join("later/c.txt"), "later").expect("c.txt");
+    let later = served_within(&addr, "/later/c.txt", "later");
+    std::fs::write(www.join("later/d.txt"), "later still").expect("d.txt");
+    let later_still = served_within(&addr, "/later/d.txt", "later still");
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    support::stop(s.child);
+    let all = log.lock().expect("log").join("\n");
+    assert_eq!(served, [true, true], "{all}");
+    assert!(later && later_still, "{all}");
+    assert!(!all.contains("hot reload is off"), "{all}");
+    assert!(all.contains("locked"), "the folder is named: {all}");
+}
+
+/// What the cache skips (a link out of the root, a broken link) is warned
+/// of once, not again at every reload of the site (it filled the log
+/// under file churn); one skipped anew after it was fixed is warned of
+/// again.
+#[test]
+fn a_skipped_link_is_warned_about_once_not_at_every_reload() {
+    let dir = site();
+    let www = dir.path().join("www");
+    std::fs::write(dir.path().join("outside.txt"), "outside").expect("outside");
+    std::os::unix::fs::symlink("../outside.txt", www.join("link-out.txt")).expect("link");
+    std::os::unix::fs::symlink("nowhere.txt", www.join("broken.txt")).expect("link");
+    let mut s = start(
+        dir.path(),
+        &["--listen", "127.0.0.1:0", "--root", "www"],
+        false,
+    );
+    let (log, _rx) = log_lines(s.child.stderr.take().expect("stderr"));
+    let addr = s.urls[0].clone();
+    for n in 0..3 {
+        let body = format!("version {n}");
+        std::fs::write(www.join("churn.txt"), &body).expect("churn");
+        assert!(served_within(&addr, "/churn.txt", &body), "reload {n}");
+    }
+    // Fixed, then broken again: news again.
+    std::fs::write(www.join("nowhere.txt"), "here").expect("target");
+    assert!(served_within(&addr, "/broken.txt", "here"));
+    std::fs::remove_file(www.join("nowhere.txt")).expect("remove");
+    std::fs::write(www.join("churn.txt"), "last").expect("churn");
+    assert!(served_within(&addr, "/churn.txt", "last"));
+    assert!(get(&addr, "/link-out.txt").starts_with("HTTP/1.1 404"));
+    support::stop(s.child);
+    let all = log.lock().expect("log").join("\n");
+    let count = |needle: &str| all.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(count("link points outside the site root"), 1, "{all}");
+    assert_eq!(count("skipped: broken link"), 2, "{all}");
+}

@@ -210,10 +210,32 @@ async fn unsatisfiable_ranges_give_416_and_odd_ones_the_full_body() -> Result<()
         }
     }
     // Multiple ranges, other units and malformed specs: the whole body.
-    for range in ["bytes=0-1,4-5", "items=0-1", "bytes=5-2", "bytes=x-y"] {
+    for range in [
+        "bytes=0-1,4-5",
+        "bytes=0-1, ,4-5",
+        "items=0-1",
+        "bytes=5-2",
+        "bytes=x-y",
+        "bytes=,",
+    ] {
         let r = server.get_with("/plain.txt", &[("range", range)]).await?;
         assert_eq!(r.status, StatusCode::OK, "{range}");
         assert_eq!(r.text(), BODY);
+    }
+    // Range on two lines: no valid value joins them, so the whole body.
+    let r = server
+        .get_with(
+            "/plain.txt",
+            &[("range", "bytes=0-1"), ("range", "bytes=2-3")],
+        )
+        .await?;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.text(), BODY);
+    // Empty list elements count for nothing (RFC 9110 §5.6.1).
+    for range in ["bytes=1-2,", "bytes=, 1-2", "bytes=1-2 , "] {
+        let r = server.get_with("/plain.txt", &[("range", range)]).await?;
+        assert_eq!(r.status, StatusCode::PARTIAL_CONTENT, "{range}");
+        assert_eq!(r.text(), &BODY[1..=2], "{range}");
     }
     Ok(())
 }

@@ -72,6 +72,11 @@ pub(super) struct Watched {
     /// followed, so these are watched themselves (and watched anew when
     /// the links change).
     linked: Vec<(usize, PathBuf)>,
+    /// Folders watched on their own because a folder inside could not be
+    /// watched, with the folders they held then: one made since is not
+    /// watched (only a recursive watch adds those), so it makes the
+    /// watches stale.
+    partial: Vec<(PathBuf, Vec<PathBuf>)>,
     _watchers: Vec<notify::RecommendedWatcher>,
 }
 
@@ -137,6 +142,62 @@ fn along_links(path: &Path, hops: u8) -> Vec<PathBuf> {
     found
 }
 
+/// Whether notify's error names a path inside `dir` (not `dir` itself):
+/// a folder its recursive walk could not watch.
+fn names_inside(e: &notify::Error, dir: &Path) -> bool {
+    e.paths.iter().any(|p| p != dir && p.starts_with(dir))
+}
+
+/// Watches `dir` alone and each folder in it recursively, going down the
+/// same way where one of those cannot be watched whole; a folder that
+/// cannot be watched at all is skipped with a warning. Records in
+/// `partial` each folder watched alone, with its folders.
+fn watch_around(
+    w: &mut notify::RecommendedWatcher,
+    dir: &Path,
+    partial: &mut Vec<(PathBuf, Vec<PathBuf>)>,
+) -> notify::Result<()> {
+    w.watch(dir, RecursiveMode::NonRecursive)?;
+    let inside = subfolders(dir);
+    for sub in &inside {
+        match w.watch(sub, RecursiveMode::Recursive) {
+            Ok(()) => {}
+            Err(e) if names_inside(&e, sub) => {
+                let _ = w.unwatch(sub);
+                if let Err(e) = watch_around(w, sub, partial) {
+                    tracing::warn!(
+                        "cannot watch {}: {e}; changes there are not seen",
+                        sub.display()
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot watch {}: {e}; changes there are not seen",
+                    sub.display()
+                );
+            }
+        }
+    }
+    partial.push((dir.to_path_buf(), inside));
+    Ok(())
+}
+
+/// The folders in `dir` (not links to folders: those are not followed),
+/// sorted.
+fn subfolders(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    found
+}
+
 /// The folders outside `servlets` its entries link to (canonical).
 fn linked_folders(servlets: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(servlets) else {
@@ -164,6 +225,7 @@ impl Watched {
         tx: &mpsc::Sender<Msg>,
     ) -> Result<Watched, ReloadError> {
         let mut watchers = Vec::new();
+        let mut partial = Vec::new();
         let mut watch = |path: &Path, mode: RecursiveMode| -> Result<(), ReloadError> {
             let tx = tx.clone();
             // Links are not followed: one inside a root names a folder
@@ -181,10 +243,27 @@ impl Watched {
                 path: path.to_path_buf(),
                 source,
             })?;
-            w.watch(path, mode).map_err(|source| ReloadError::Watch {
-                path: path.to_path_buf(),
-                source,
-            })?;
+            match w.watch(path, mode) {
+                Ok(()) => {}
+                // One folder inside that cannot be watched (a `lost+found`
+                // or a folder the server's user may not read) costs that
+                // folder's changes, not hot reload for the whole tree.
+                Err(e) if mode == RecursiveMode::Recursive && names_inside(&e, path) => {
+                    let _ = w.unwatch(path);
+                    watch_around(&mut w, path, &mut partial).map_err(|source| {
+                        ReloadError::Watch {
+                            path: path.to_path_buf(),
+                            source,
+                        }
+                    })?;
+                }
+                Err(source) => {
+                    return Err(ReloadError::Watch {
+                        path: path.to_path_buf(),
+                        source,
+                    });
+                }
+            }
             watchers.push(w);
             Ok(())
         };
@@ -271,6 +350,7 @@ impl Watched {
             folders,
             route_files,
             linked,
+            partial,
             _watchers: watchers,
         })
     }
@@ -284,6 +364,10 @@ impl Watched {
             !now.iter().eq(then)
         });
         links_changed
+            || self
+                .partial
+                .iter()
+                .any(|(dir, inside)| subfolders(dir) != *inside)
             || self.folders.iter().any(|f| folder_id(&f.dir) != f.id)
             || self
                 .route_files

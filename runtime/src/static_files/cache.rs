@@ -64,6 +64,9 @@ pub struct SiteCache {
     stats: CacheStats,
     /// The settings the entries' headers were built with.
     built_with: (Option<String>, CacheConfig),
+    /// What the load skipped, and why: the next load warns only of what
+    /// is new (a link out of the root is not news at every reload).
+    skipped: HashSet<(PathBuf, &'static str)>,
 }
 
 /// The site's own `404.html`, with headers for a 404 answer.
@@ -251,7 +254,9 @@ impl Loader<'_> {
         for entry in entries {
             let name = entry.file_name();
             let Some(name) = name.to_str() else {
-                tracing::warn!(site = %self.site.name, file = ?entry.path(), "skipped: file name is not UTF-8");
+                if self.newly_skipped(&entry.path(), "name") {
+                    tracing::warn!(site = %self.site.name, file = ?entry.path(), "skipped: file name is not UTF-8");
+                }
                 continue;
             };
             if crate::request::path::is_hidden(name, prefix.is_empty()) {
@@ -260,11 +265,15 @@ impl Loader<'_> {
             let path = entry.path();
             // Follow symlinks only when they stay inside the root.
             let Ok(real) = path.canonicalize() else {
-                tracing::warn!(site = %self.site.name, file = ?path, "skipped: broken link");
+                if self.newly_skipped(&path, "broken") {
+                    tracing::warn!(site = %self.site.name, file = ?path, "skipped: broken link");
+                }
                 continue;
             };
             if !real.starts_with(&self.root) {
-                tracing::warn!(site = %self.site.name, file = ?path, target = ?real, "skipped: link points outside the site root");
+                if self.newly_skipped(&path, "outside") {
+                    tracing::warn!(site = %self.site.name, file = ?path, target = ?real, "skipped: link points outside the site root");
+                }
                 continue;
             }
             let Ok(meta) = std::fs::metadata(&real) else {
@@ -277,14 +286,18 @@ impl Loader<'_> {
             }
             if meta.is_dir() {
                 self.cache.dirs.insert(format!("{key}/").into());
-                if let Err(e) = self.walk(&real, &key) {
+                if let Err(e) = self.walk(&real, &key)
+                    && self.newly_skipped(&path, "folder")
+                {
                     tracing::warn!(site = %self.site.name, dir = ?path, error = %e, "skipped folder");
                 }
             } else if meta.is_file() {
                 if let Some(same) = self.loaded.get(&real).cloned() {
                     self.add_alias(key, same);
                 } else if let Err(e) = self.add_file(&real, key.clone(), &meta) {
-                    tracing::warn!(site = %self.site.name, file = ?path, error = %e, "skipped file");
+                    if self.newly_skipped(&path, "file") {
+                        tracing::warn!(site = %self.site.name, file = ?path, error = %e, "skipped file");
+                    }
                 } else if let Some(added) = self.cache.files.get(key.as_str()) {
                     self.loaded.insert(real, added.clone());
                 }
@@ -294,6 +307,15 @@ impl Loader<'_> {
         }
         self.ancestors.pop();
         Ok(())
+    }
+
+    /// Records `path` as skipped for `why`; whether the load before did
+    /// not skip it so (and so a warning is news).
+    fn newly_skipped(&mut self, path: &Path, why: &'static str) -> bool {
+        let key = (path.to_path_buf(), why);
+        let new = !self.previous.is_some_and(|p| p.skipped.contains(&key));
+        self.cache.skipped.insert(key);
+        new
     }
 
     /// Whether `real` (a resolved path inside the root) is never served:

@@ -121,7 +121,11 @@ async fn from_disk<B>(
     };
     let opened = open_file(file).await.map_err(|e| {
         let answer = open_failure(&e);
-        if !matches!(answer, RequestError::NotFound) && once_a_second() {
+        // A file swan may not read is the operator's to hear of, though
+        // the client gets the 404 of a file that was never loaded.
+        let news = !matches!(answer, RequestError::NotFound)
+            || e.kind() == ErrorKind::PermissionDenied;
+        if news && once_a_second() {
             tracing::warn!(file = %file.path.display(), error = %e, status = answer.status().as_u16(), "cannot open a streamed file (said at most once a second)");
         } else {
             tracing::debug!(file = %file.path.display(), error = %e, "cannot open a streamed file");
@@ -214,9 +218,12 @@ fn open_failure(e: &std::io::Error) -> RequestError {
     use rustix::io::Errno;
     let is = |errno: Errno| e.raw_os_error() == Some(errno.raw_os_error());
     // LOOP: a link where none is followed; XDEV: a path leading out of
-    // the root.
-    if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory)
-        || is(Errno::LOOP)
+    // the root. A file swan may not read is not served, as a small one
+    // (skipped at load) is not: 404, not a server error.
+    if matches!(
+        e.kind(),
+        ErrorKind::NotFound | ErrorKind::NotADirectory | ErrorKind::PermissionDenied
+    ) || is(Errno::LOOP)
         || is(Errno::XDEV)
     {
         RequestError::NotFound
@@ -374,13 +381,17 @@ enum RangeAnswer {
 }
 
 /// Interprets Range (and If-Range) for a body of `rep.len` bytes.
-/// Multiple ranges, other units and malformed values get the full body.
+/// Multiple ranges, other units and malformed values (Range on two lines
+/// among them: no valid field value joins them) get the full body.
 fn byte_range(
     range: &HeaderValue,
     headers: &HeaderMap,
     rep: &Representation,
     modified: SystemTime,
 ) -> RangeAnswer {
+    if headers.get_all(header::RANGE).iter().nth(1).is_some() {
+        return RangeAnswer::Full;
+    }
     let mut if_ranges = headers.get_all(header::IF_RANGE).iter();
     if let Some(if_range) = if_ranges.next() {
         // One validator, or none that holds (RFC 9110 §13.1.5).
@@ -420,10 +431,13 @@ fn byte_range(
     else {
         return RangeAnswer::Full;
     };
-    if spec.contains(',') {
+    // Empty list elements count for nothing (RFC 9110 §5.6.1): `1-2,` is
+    // one range. More than one is answered whole.
+    let mut specs = spec.split(',').map(str::trim).filter(|r| !r.is_empty());
+    let (Some(spec), None) = (specs.next(), specs.next()) else {
         return RangeAnswer::Full;
-    }
-    let Some((first, last)) = spec.trim().split_once('-') else {
+    };
+    let Some((first, last)) = spec.split_once('-') else {
         return RangeAnswer::Full;
     };
     let len = rep.len;
@@ -516,7 +530,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_file_that_cannot_be_opened_is_a_404_only_when_it_is_gone() {
+    fn a_file_that_cannot_be_opened_is_a_404_when_it_is_gone_or_not_ours_to_read() {
         use rustix::io::Errno;
         let os = |e: Errno| std::io::Error::from_raw_os_error(e.raw_os_error());
         for (e, want) in [
@@ -526,7 +540,8 @@ mod tests {
             (os(Errno::MFILE), StatusCode::SERVICE_UNAVAILABLE),
             (os(Errno::NFILE), StatusCode::SERVICE_UNAVAILABLE),
             (os(Errno::NOMEM), StatusCode::SERVICE_UNAVAILABLE),
-            (os(Errno::ACCESS), StatusCode::INTERNAL_SERVER_ERROR),
+            (os(Errno::ACCESS), StatusCode::NOT_FOUND),
+            (os(Errno::PERM), StatusCode::NOT_FOUND),
             (os(Errno::IO), StatusCode::INTERNAL_SERVER_ERROR),
         ] {
             assert_eq!(open_failure(&e).status(), want, "{e}");
