@@ -73,10 +73,8 @@ pub(super) struct Watched {
     /// the links change).
     linked: Vec<(usize, PathBuf)>,
     /// Folders watched on their own because a folder inside could not be
-    /// watched, with the folders they held then: one made since is not
-    /// watched (only a recursive watch adds those), so it makes the
-    /// watches stale.
-    partial: Vec<(PathBuf, Vec<PathBuf>)>,
+    /// read.
+    partial: Vec<Partial>,
     _watchers: Vec<notify::RecommendedWatcher>,
 }
 
@@ -142,34 +140,65 @@ fn along_links(path: &Path, hops: u8) -> Vec<PathBuf> {
     found
 }
 
-/// Whether notify's error names a path inside `dir` (not `dir` itself):
-/// a folder its recursive walk could not watch.
-fn names_inside(e: &notify::Error, dir: &Path) -> bool {
-    e.paths.iter().any(|p| p != dir && p.starts_with(dir))
+/// Whether notify's error is a folder inside `dir` (not `dir` itself)
+/// that may not be read: its recursive walk stopped there. Anything else
+/// (the watch limit reached) fails the watch as before, so the watches
+/// already made keep serving.
+fn unreadable_inside(e: &notify::Error, dir: &Path) -> bool {
+    is_denied(e) && e.paths.iter().any(|p| p != dir && p.starts_with(dir))
+}
+
+fn is_denied(e: &notify::Error) -> bool {
+    matches!(&e.kind, notify::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::PermissionDenied)
+}
+
+/// A folder watched alone because a folder inside could not be watched:
+/// only a recursive watch adds the folders made in it later, so when its
+/// folders change (one made, or replaced under the same name) or one
+/// skipped becomes readable, the watches are made anew.
+struct Partial {
+    dir: PathBuf,
+    /// Its folders, with their (device, inode), when watched.
+    inside: Vec<(PathBuf, Option<(u64, u64)>)>,
+    /// Those that could not be watched.
+    skipped: Vec<PathBuf>,
+}
+
+impl Partial {
+    fn changed(&self) -> bool {
+        folders_with_ids(&self.dir) != self.inside
+            || self.skipped.iter().any(|d| std::fs::read_dir(d).is_ok())
+    }
 }
 
 /// Watches `dir` alone and each folder in it recursively, going down the
-/// same way where one of those cannot be watched whole; a folder that
-/// cannot be watched at all is skipped with a warning. Records in
-/// `partial` each folder watched alone, with its folders.
+/// same way where one of those cannot be read whole; a folder that cannot
+/// be watched at all is skipped with a warning. Records each folder
+/// watched alone in `partial`.
 fn watch_around(
     w: &mut notify::RecommendedWatcher,
     dir: &Path,
-    partial: &mut Vec<(PathBuf, Vec<PathBuf>)>,
+    partial: &mut Vec<Partial>,
 ) -> notify::Result<()> {
     w.watch(dir, RecursiveMode::NonRecursive)?;
-    let inside = subfolders(dir);
-    for sub in &inside {
-        match w.watch(sub, RecursiveMode::Recursive) {
-            Ok(()) => {}
-            Err(e) if names_inside(&e, sub) => {
+    let inside = folders_with_ids(dir);
+    let mut skipped = Vec::new();
+    for (sub, _) in &inside {
+        let watched = match w.watch(sub, RecursiveMode::Recursive) {
+            Err(e) if unreadable_inside(&e, sub) => {
                 let _ = w.unwatch(sub);
-                if let Err(e) = watch_around(w, sub, partial) {
-                    tracing::warn!(
-                        "cannot watch {}: {e}; changes there are not seen",
-                        sub.display()
-                    );
-                }
+                watch_around(w, sub, partial)
+            }
+            other => other,
+        };
+        match watched {
+            Ok(()) => {}
+            Err(e) if is_denied(&e) => {
+                tracing::warn!(
+                    "cannot watch {}: {e}; changes there are seen once it can be read",
+                    sub.display()
+                );
+                skipped.push(sub.clone());
             }
             Err(e) => {
                 tracing::warn!(
@@ -179,13 +208,17 @@ fn watch_around(
             }
         }
     }
-    partial.push((dir.to_path_buf(), inside));
+    partial.push(Partial {
+        dir: dir.to_path_buf(),
+        inside,
+        skipped,
+    });
     Ok(())
 }
 
 /// The folders in `dir` (not links to folders: those are not followed),
-/// sorted.
-fn subfolders(dir: &Path) -> Vec<PathBuf> {
+/// sorted, with their (device, inode).
+fn folders_with_ids(dir: &Path) -> Vec<(PathBuf, Option<(u64, u64)>)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -196,6 +229,12 @@ fn subfolders(dir: &Path) -> Vec<PathBuf> {
         .collect();
     found.sort();
     found
+        .into_iter()
+        .map(|d| {
+            let id = crate::file_stamp::identity(&d);
+            (d, id)
+        })
+        .collect()
 }
 
 /// The folders outside `servlets` its entries link to (canonical).
@@ -248,7 +287,7 @@ impl Watched {
                 // One folder inside that cannot be watched (a `lost+found`
                 // or a folder the server's user may not read) costs that
                 // folder's changes, not hot reload for the whole tree.
-                Err(e) if mode == RecursiveMode::Recursive && names_inside(&e, path) => {
+                Err(e) if mode == RecursiveMode::Recursive && unreadable_inside(&e, path) => {
                     let _ = w.unwatch(path);
                     watch_around(&mut w, path, &mut partial).map_err(|source| {
                         ReloadError::Watch {
@@ -364,10 +403,7 @@ impl Watched {
             !now.iter().eq(then)
         });
         links_changed
-            || self
-                .partial
-                .iter()
-                .any(|(dir, inside)| subfolders(dir) != *inside)
+            || self.partial.iter().any(Partial::changed)
             || self.folders.iter().any(|f| folder_id(&f.dir) != f.id)
             || self
                 .route_files
