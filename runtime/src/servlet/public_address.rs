@@ -37,8 +37,12 @@ pub(crate) fn is_global(ip: IpAddr) -> bool {
             // NAT64 (`64:ff9b::/96`), unique or link-local, multicast.
             !((s[0] & 0xe000) != 0x2000
                 || s[0] == 0x2002
-                || (s[0] == 0x2001 && s[1] == 0)
-                || (s[0] == 0x2001 && s[1] == 0x0db8))
+                // 2001::/23, IETF protocol assignments: Teredo, benchmarking,
+                // ORCHID and the like, none a web server.
+                || (s[0] == 0x2001 && s[1] < 0x200)
+                || (s[0] == 0x2001 && s[1] == 0x0db8)
+                // Documentation, again (RFC 9637).
+                || (s[0] & 0xfff0) == 0x3ff0)
         }
     }
 }
@@ -71,12 +75,23 @@ mod tests {
             "64:ff9b::a00:1",
             "2002:a00:1::",
             "2001:0:4136:e378:8000:63bf:f5ff:fffe",
+            "2001:2::1",
+            "2001:20::1",
+            "3fff::1",
+            "3fff:fff::1",
             "224.0.0.1",
         ] {
             let ip: IpAddr = private.parse().expect(private);
             assert!(!is_global(ip), "{private}");
         }
-        for public in ["1.1.1.1", "93.184.216.34", "2606:4700:4700::1111"] {
+        for public in [
+            "1.1.1.1",
+            "93.184.216.34",
+            "2606:4700:4700::1111",
+            "2001:4860:4860::8888",
+            "2a00:1450:4001::1",
+            "::ffff:1.1.1.1",
+        ] {
             let ip: IpAddr = public.parse().expect(public);
             assert!(is_global(ip), "{public}");
         }

@@ -210,10 +210,11 @@ fn once_a_second() -> bool {
 }
 
 /// What a streamed file that cannot be opened answers: 404 when it is
-/// gone (or replaced by a link, which is not followed); 503 when the
-/// process is out of descriptors or memory (it is there: try again);
-/// 500 otherwise (permissions, I/O). Never a 404 a cache in front would
-/// keep for a file that exists.
+/// gone (or replaced by a link, which is not followed) or swan may not
+/// read it (as a small file it may not read is never loaded); 503 when
+/// the process is out of descriptors or memory (it is there: try again);
+/// 500 otherwise (I/O). Never a 404 a cache in front would keep for a
+/// file that exists and can be served.
 fn open_failure(e: &std::io::Error) -> RequestError {
     use rustix::io::Errno;
     let is = |errno: Errno| e.raw_os_error() == Some(errno.raw_os_error());
