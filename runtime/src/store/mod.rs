@@ -68,6 +68,9 @@ pub struct Store {
     config: StoreConfig,
     backend: Backend,
     stats: StoreStats,
+    /// Whether the configuration in force has it (a reload may remove
+    /// it: open, unused, until a restart).
+    configured: std::sync::atomic::AtomicBool,
 }
 
 /// What a store has done, for metrics.
@@ -128,12 +131,24 @@ impl Store {
             config: config.clone(),
             backend,
             stats: StoreStats::default(),
+            configured: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
     /// The store's name.
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// Whether the configuration in force has this store.
+    pub fn configured(&self) -> bool {
+        self.configured.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records whether the configuration in force (after a reload) has
+    /// this store.
+    pub fn set_configured(&self, configured: bool) {
+        (self.configured).store(configured, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The settings it was opened with.

@@ -42,6 +42,9 @@ mod errors;
 use cursor::{ListCursor, escape_glob};
 use errors::{classify, refused_handshake};
 
+/// Slots one SCAN step looks at.
+const SCAN_COUNT: u64 = 1_000;
+
 /// Sets `KEYS[1]` to `ARGV[3]` if its value is `ARGV[2]` (or, with
 /// `ARGV[1] == "1"`, if it is absent); 1 when set.
 const CAS: &str = r#"
@@ -393,7 +396,8 @@ impl RedisStore {
         let (slot, mut con) = self.within(self.connection(None)).await?;
         let limit = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
         let mut keys: Vec<String> = Vec::new();
-        let mut scan = match ListCursor::decode(cursor) {
+        let listing = (self.name.as_ref(), prefix);
+        let mut scan = match ListCursor::decode(cursor, listing)? {
             ListCursor::Scan(scan) => scan,
             ListCursor::Leftover { id, offset } => {
                 let state: Vec<String> = con
@@ -422,7 +426,7 @@ impl RedisStore {
                                 id,
                                 offset: offset + limit,
                             }
-                            .encode()?,
+                            .encode(listing)?,
                         ),
                     });
                 }
@@ -441,7 +445,7 @@ impl RedisStore {
             if keys.len() == limit {
                 return Ok(KeyPage {
                     keys,
-                    cursor: Some(ListCursor::Scan(scan).encode()?),
+                    cursor: Some(ListCursor::Scan(scan).encode(listing)?),
                 });
             }
             // Keys as bytes: one that is not UTF-8 (written by another
@@ -451,8 +455,12 @@ impl RedisStore {
                 .arg(scan)
                 .arg("MATCH")
                 .arg(&pattern)
+                // COUNT is how many slots one step looks at, not how many
+                // keys it returns: a small one makes a sparse prefix in a
+                // shared database cost a round trip per few keys (what does
+                // not fit the page is kept, above).
                 .arg("COUNT")
-                .arg((limit - keys.len()).clamp(10, 1000))
+                .arg(SCAN_COUNT)
                 .query_async(&mut con)
                 .await
                 .map_err(|e| slot.failed(e))?;
@@ -483,7 +491,7 @@ impl RedisStore {
                     .map_err(|e| slot.failed(e))?;
                 return Ok(KeyPage {
                     keys,
-                    cursor: Some(ListCursor::Leftover { id, offset: 0 }.encode()?),
+                    cursor: Some(ListCursor::Leftover { id, offset: 0 }.encode(listing)?),
                 });
             }
             keys.extend(batch);
