@@ -1718,7 +1718,8 @@ fn readiness_can_leave_the_stores_out() {
 
 /// `/readyz` checks the stores some route lists now: one a reload left
 /// unlisted (here, its file then removed) holds up nothing. Before, every
-/// store opened at start was checked for good.
+/// store opened at start was checked for good. One a reload takes out of
+/// the configuration leaves `/metrics` and the status page too.
 #[test]
 fn readiness_checks_only_the_stores_routes_list_now() {
     let config = |listed: &str| {
@@ -1752,6 +1753,26 @@ fn readiness_checks_only_the_stores_routes_list_now() {
         "{}",
         get(&admin, "/readyz")
     );
+    // Still configured, though unlisted: still shown (down).
+    let up = "swan_store_up{store=\"sessions\"";
+    assert!(get(&admin, "/metrics").contains(up));
+    // Taken out of the configuration: it leaves /metrics and the status
+    // page (an alert on its swan_store_up would fire for nothing), and
+    // comes back with it.
+    let without = config("").replace("[[store]]\nname = \"sessions\"\nkind = \"embedded\"\n", "");
+    for (text, shown) in [(without, false), (config(""), true)] {
+        std::fs::write(dir.path().join("swan.toml"), text).expect("config");
+        let _ = Command::new("kill")
+            .args(["-HUP", &s.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while get(&admin, "/metrics").contains(up) != shown {
+            assert!(Instant::now() < deadline, "store shown: {}", !shown);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let status = get(&admin, "/status.json");
+        assert_eq!(status.contains("\"name\":\"sessions\""), shown, "{status}");
+    }
     stop(s.child);
 }
 

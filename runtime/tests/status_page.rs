@@ -62,7 +62,9 @@ fn the_status_page_renders_in_a_real_browser() {
     std::fs::write(
         dir.path().join("swan.toml"),
         "[server]\nlisten = [\"127.0.0.1:0\"]\n[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [[site]]\nname = \"demo\"\nhosts = [\"demo.test\"]\nroot = \"www\"\nservlets = \"servlets\"\n",
+         [[site]]\nname = \"demo\"\nhosts = [\"demo.test\"]\nroot = \"www\"\nservlets = \"servlets\"\n\
+         cache_control = \"max-age=60\"\n\
+         [site.servlet]\nmax_body_bytes = \"2 KiB\"\nqueue_timeout = \"750ms\"\n",
     )
     .expect("config");
     let s = start(dir.path(), &[], true);
@@ -135,6 +137,18 @@ fn the_status_page_renders_in_a_real_browser() {
     );
     assert!(dom.contains("files of site demo"), "recent reloads: {dom}");
     assert!(dom.contains("3 files in memory"), "cache: {dom}");
+    // Settings a reload may change are shown: the site's Cache-Control,
+    // and every servlet limit.
+    assert!(
+        dom.contains("cache-control <code>max-age=60</code>"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("body 2.0 KiB")
+            && dom.contains("response 16.0 MiB")
+            && dom.contains("queue 750 ms"),
+        "limits: {dom}"
+    );
     assert!(
         dom.contains("<code>/bad/*</code>") && dom.contains("bad refused at load"),
         "a refused servlet's row: {dom}"

@@ -242,7 +242,7 @@ async fn store_states(app: &App, which: impl Fn(&str) -> bool + Sync) -> Vec<Sto
     let checks = loader
         .stores()
         .iter()
-        .filter(|store| which(store.name()))
+        .filter(|store| store.configured() && which(store.name()))
         .map(|store| async move {
             let problem = match tokio::time::timeout(STORE_CHECK, store.ping()).await {
                 Ok(Ok(())) => None,

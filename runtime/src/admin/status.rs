@@ -47,7 +47,13 @@ pub(crate) fn json(app: &Arc<App>, readiness: &str, states: &[(String, Option<St
                             "limits": {
                                 "max_memory": l.max_memory,
                                 "timeout_ms": l.timeout.as_millis() as u64,
+                                "max_body_bytes": l.max_body_bytes,
+                                // Components stream unbounded unless it is set.
+                                "max_response_bytes": (l.max_response_bytes_set
+                                    || !matches!(s.kind(), crate::servlet::ServletKind::Component { .. }))
+                                    .then_some(l.max_response_bytes),
                                 "max_concurrency": l.max_concurrency,
+                                "queue_timeout_ms": l.queue_timeout.as_millis() as u64,
                                 "reuse": l.reuse,
                                 "prewarm": l.prewarm,
                                 "stores": l.stores,
@@ -83,6 +89,7 @@ pub(crate) fn json(app: &Arc<App>, readiness: &str, states: &[(String, Option<St
                 "default": c.default,
                 "hosts": c.hosts,
                 "root": c.root.display().to_string(),
+                "cache_control": c.cache_control,
                 "servlets_folder": c.servlets.as_ref().map(|p| p.display().to_string()),
                 "cache": {
                     "files": stats.cached_files,
@@ -101,6 +108,7 @@ pub(crate) fn json(app: &Arc<App>, readiness: &str, states: &[(String, Option<St
         .loader
         .iter()
         .flat_map(|l| l.stores().iter())
+        .filter(|s| s.configured())
         .map(|s| {
             let st = s.stats();
             let state = match states.iter().find(|(name, _)| name == s.name()) {
@@ -215,7 +223,7 @@ pub(crate) fn html(status: &Value) -> String {
         let c = &site["cache"];
         let _ = write!(
             h,
-            "<h2 class=site>Site {}{}</h2><p>hosts: {} · root <code>{}</code> · {} static requests</p>\
+            "<h2 class=site>Site {}{}</h2><p>hosts: {} · root <code>{}</code>{} · {} static requests</p>\
              <p class=cache>Cache: {} files in memory, {} of {} budget, {} compressed variants, {} streamed from disk</p>",
             s(&site["name"]),
             if site["default"] == Value::Bool(true) {
@@ -232,6 +240,12 @@ pub(crate) fn html(status: &Value) -> String {
                     .collect::<Vec<_>>()
                     .join(", ")),
             s(&site["root"]),
+            site["cache_control"]
+                .as_str()
+                .map_or_else(String::new, |cc| format!(
+                    " · cache-control <code>{}</code>",
+                    esc(cc)
+                )),
             s(&site["static_requests"]),
             s(&c["files"]),
             bytes(c["bytes"].as_u64().unwrap_or(0)),
@@ -279,7 +293,7 @@ pub(crate) fn html(status: &Value) -> String {
                 let _ = write!(
                     h,
                     "<tr class=servlet><td><code>{}</code><br><small>{}</small></td><td>{}</td><td>{}</td>\
-                     <td>memory {} · timeout {} ms · concurrency {} · reuse {} · prewarm {}</td>\
+                     <td>memory {} · timeout {} ms · body {} · response {} · concurrency {} · queue {} ms · reuse {} · prewarm {}</td>\
                      <td>{} / {}</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{:.1} ms</td><td>{}</td></tr>",
                     s(&sv["route"]),
                     s(&sv["file"]),
@@ -287,7 +301,12 @@ pub(crate) fn html(status: &Value) -> String {
                     s(&sv["tier"]),
                     bytes(l["max_memory"].as_u64().unwrap_or(0)),
                     s(&l["timeout_ms"]),
+                    bytes(l["max_body_bytes"].as_u64().unwrap_or(0)),
+                    l["max_response_bytes"]
+                        .as_u64()
+                        .map_or_else(|| "unlimited (streamed)".to_owned(), bytes),
                     s(&l["max_concurrency"]),
+                    s(&l["queue_timeout_ms"]),
                     s(&l["reuse"]),
                     s(&l["prewarm"]),
                     s(&sv["ready"]),

@@ -528,6 +528,14 @@ fn reload_config(app: &App, source: &ConfigSource, read: Option<FileStamp>) -> b
             .keep_only_routes(&site.config.name, &route_paths(site));
     }
     app.sites.store(Arc::new(Sites::new(sites)));
+    if let Some(loader) = &app.loader {
+        // A store the configuration no longer has leaves the status page
+        // and /metrics (an alert on its `swan_store_up` would fire for
+        // nothing); it stays open until a restart, unused.
+        for store in loader.stores().iter() {
+            store.set_configured(config.stores.iter().any(|c| c.name == store.name()));
+        }
+    }
     tracing::info!(sites = config.sites.len(), "configuration reloaded");
     // Refused servlets make the entry "live in part": the rest went live.
     let ok = refused.is_empty();
