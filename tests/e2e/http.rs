@@ -247,6 +247,10 @@ async fn connections_over_the_limit_wait_for_a_free_slot() -> Result<()> {
     // A connection in the middle of its first request head keeps its place.
     let mut first = TcpStream::connect(server.addr()).await?;
     first.write_all(b"GET / HTTP/1.1\r\n").await?;
+    // Each worker accepts from its own socket (SO_REUSEPORT): let the
+    // first connection's worker take it before the second one comes, or
+    // the second may take the place first.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     // The second connection is accepted by the kernel but not served yet.
     let mut second = TcpStream::connect(server.addr()).await?;
     second

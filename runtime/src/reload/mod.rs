@@ -35,6 +35,8 @@ mod watch;
 pub use watch::ReloadError;
 use watch::{Batch, Msg, Watched};
 
+/// How soon watches that could not be made anew are tried again.
+const RETRY_REWATCH: Duration = Duration::from_secs(10);
 /// A batch of events closes after this long without a new one.
 const QUIET: Duration = Duration::from_millis(10);
 /// ... or after this long in any case (a file written continuously).
@@ -148,6 +150,7 @@ fn run(
     let mut tiering = HashSet::new();
     // Modules open for writing, by file and site: since when.
     let mut writing: HashMap<(PathBuf, usize), Instant> = HashMap::new();
+    let mut rewatch_failed: Option<Instant> = None;
     loop {
         let next = if writing.is_empty() {
             rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
@@ -208,11 +211,21 @@ fn run(
             let reloaded = batch.config && reload_config(&app, &source, read);
             // A replaced folder is watched before it is read, so nothing
             // written into it meanwhile goes unseen.
-            let stale = !reloaded && watched.stale();
+            // After a rewatch that failed (the watch limit reached), what
+            // made the watches stale still does: they are tried again, and
+            // every site read whole, at most every RETRY_REWATCH, not at
+            // every batch.
+            let stale = !reloaded
+                && (batch.rewatch || watched.stale())
+                && rewatch_failed.is_none_or(|at| at.elapsed() >= RETRY_REWATCH);
             if reloaded || stale {
                 match Watched::new(&app, config_file, &tx) {
-                    Ok(w) => watched = w,
+                    Ok(w) => {
+                        watched = w;
+                        rewatch_failed = None;
+                    }
                     Err(e) => {
+                        rewatch_failed = Some(Instant::now());
                         tracing::error!("{e}; hot reload may miss changes until restart")
                     }
                 }

@@ -165,6 +165,12 @@ struct Partial {
 }
 
 impl Partial {
+    /// Whether `path` is, or was when watched, a folder right inside.
+    fn holds_folder(&self, path: &Path) -> bool {
+        path.parent() == Some(self.dir.as_path())
+            && (path.is_dir() || self.inside.iter().any(|(d, _)| d == path))
+    }
+
     fn changed(&self) -> bool {
         folders_with_ids(&self.dir) != self.inside
             || self.skipped.iter().any(|d| std::fs::read_dir(d).is_ok())
@@ -429,6 +435,9 @@ pub(super) struct Batch {
     /// Per site: its servlets saw only writes to modules still open
     /// (data written, no close, nothing else).
     pub(super) writes_only: Vec<bool>,
+    /// A folder was made or removed where only a watch made anew sees
+    /// into it (see [`Partial`]).
+    pub(super) rewatch: bool,
 }
 
 impl Batch {
@@ -465,11 +474,21 @@ impl Batch {
         {
             return;
         }
+        let made_or_gone = matches!(
+            event.kind,
+            EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+        );
         for path in &event.paths {
             if watched.config.as_deref() == Some(path.as_path())
                 || watched.config_along.contains(path)
             {
                 self.config = true;
+            }
+            // A folder made, removed or renamed in a folder watched alone:
+            // only a watch made anew covers it (a folder replaced under
+            // its name may even keep its inode).
+            if made_or_gone && watched.partial.iter().any(|p| p.holds_folder(path)) {
+                self.rewatch = true;
             }
             if watched
                 .folders

@@ -42,7 +42,7 @@ pub(crate) fn is_global(ip: IpAddr) -> bool {
                 || (s[0] == 0x2001 && s[1] < 0x200)
                 || (s[0] == 0x2001 && s[1] == 0x0db8)
                 // Documentation, again (RFC 9637).
-                || (s[0] & 0xfff0) == 0x3ff0)
+                || (s[0] == 0x3fff && s[1] < 0x1000))
         }
     }
 }

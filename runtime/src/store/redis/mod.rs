@@ -42,8 +42,8 @@ mod errors;
 use cursor::{ListCursor, escape_glob};
 use errors::{classify, refused_handshake};
 
-/// Slots one SCAN step looks at.
-const SCAN_COUNT: u64 = 1_000;
+/// The most slots one SCAN step looks at.
+const SCAN_COUNT: usize = 1_000;
 
 /// Sets `KEYS[1]` to `ARGV[3]` if its value is `ARGV[2]` (or, with
 /// `ARGV[1] == "1"`, if it is absent); 1 when set.
@@ -441,6 +441,12 @@ impl RedisStore {
             }
         };
         let pattern = format!("{}{}*", escape_glob(&self.prefix), escape_glob(prefix));
+        // COUNT is how many slots one step looks at, not how many keys it
+        // returns. It starts at the room left on the page (a dense prefix
+        // leaves few keys over to keep) and doubles at each step that
+        // finds none, up to SCAN_COUNT: a sparse prefix in a shared
+        // database must not cost a round trip per few slots.
+        let mut count = (limit - keys.len()).clamp(10, SCAN_COUNT);
         loop {
             if keys.len() == limit {
                 return Ok(KeyPage {
@@ -455,15 +461,14 @@ impl RedisStore {
                 .arg(scan)
                 .arg("MATCH")
                 .arg(&pattern)
-                // COUNT is how many slots one step looks at, not how many
-                // keys it returns: a small one makes a sparse prefix in a
-                // shared database cost a round trip per few keys (what does
-                // not fit the page is kept, above).
                 .arg("COUNT")
-                .arg(SCAN_COUNT)
+                .arg(count)
                 .query_async(&mut con)
                 .await
                 .map_err(|e| slot.failed(e))?;
+            if batch.is_empty() {
+                count = (count * 2).min(SCAN_COUNT);
+            }
             let mut batch: Vec<String> = batch
                 .iter()
                 .filter_map(|k| k.strip_prefix(self.prefix.as_bytes()))
