@@ -975,40 +975,37 @@ fn a_folder_swan_cannot_read_does_not_turn_hot_reload_off() {
         "{}",
         &reply[..reply.len().min(200)]
     );
+    // Each step writes `www/FILE` and waits for it to be served.
     let mut served = Vec::new();
-    let mut check = |name: &str, path: &str, body: &str| {
-        served.push((name.to_owned(), served_within(&addr, path, body)));
+    let mut step = |name: &str, file: &str, body: &str| {
+        std::fs::write(www.join(file), body).expect("write");
+        served.push((
+            name.to_owned(),
+            served_within(&addr, &format!("/{file}"), body),
+        ));
     };
-    std::fs::write(www.join("new.txt"), "beside").expect("new.txt");
-    check("beside", "/new.txt", "beside");
-    std::fs::write(www.join("sub/b.txt"), "below").expect("b.txt");
-    check("below", "/sub/b.txt", "below");
+    step("beside", "new.txt", "beside");
+    step("below", "sub/b.txt", "below");
     // A folder made after the start is watched too.
     std::fs::create_dir(www.join("later")).expect("later");
-    std::fs::write(www.join("later/c.txt"), "later").expect("c.txt");
-    check("made later", "/later/c.txt", "later");
-    std::fs::write(www.join("later/d.txt"), "later still").expect("d.txt");
-    check("in the folder made later", "/later/d.txt", "later still");
+    step("made later", "later/c.txt", "later");
+    step("in the folder made later", "later/d.txt", "later still");
     // A folder replaced under the same name (a deploy's `rm -rf` and
-    // copy) is watched anew.
+    // copy; ext4 may give it the same inode) is watched anew.
     std::fs::remove_dir_all(www.join("sub")).expect("rm sub");
     std::fs::create_dir(www.join("sub")).expect("sub again");
-    std::fs::write(www.join("sub/e.txt"), "replaced").expect("e.txt");
-    check("replaced", "/sub/e.txt", "replaced");
-    std::fs::write(www.join("sub/f.txt"), "replaced, then edited").expect("f.txt");
-    check(
+    step("replaced", "sub/e.txt", "replaced");
+    step(
         "in the replaced folder",
-        "/sub/f.txt",
+        "sub/f.txt",
         "replaced, then edited",
     );
     // Made readable: its changes are seen from then on.
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    std::fs::write(www.join("locked/a.txt"), "open").expect("a.txt");
-    check("readable", "/locked/a.txt", "open");
-    std::fs::write(www.join("locked/g.txt"), "open, then added").expect("g.txt");
-    check(
+    step("readable", "locked/a.txt", "open");
+    step(
         "added to the folder made readable",
-        "/locked/g.txt",
+        "locked/g.txt",
         "open, then added",
     );
     support::stop(s.child);
