@@ -440,7 +440,7 @@ impl Collector for Snapshot {
         // Stores.
         if let Some(loader) = &app.loader {
             let (mut ops, mut errors, mut up) = (Vec::new(), Vec::new(), Vec::new());
-            for store in loader.stores().iter().filter(|s| s.configured()) {
+            for store in loader.stores().in_force() {
                 let st = store.stats();
                 let l = vec![
                     ("store", store.name().to_owned()),

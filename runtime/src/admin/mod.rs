@@ -241,8 +241,8 @@ async fn store_states(app: &App, which: impl Fn(&str) -> bool + Sync) -> Vec<Sto
     };
     let checks = loader
         .stores()
-        .iter()
-        .filter(|store| store.configured() && which(store.name()))
+        .in_force()
+        .filter(|store| which(store.name()))
         .map(|store| async move {
             let problem = match tokio::time::timeout(STORE_CHECK, store.ping()).await {
                 Ok(Ok(())) => None,

@@ -48,10 +48,10 @@ pub(crate) fn json(app: &Arc<App>, readiness: &str, states: &[(String, Option<St
                                 "max_memory": l.max_memory,
                                 "timeout_ms": l.timeout.as_millis() as u64,
                                 "max_body_bytes": l.max_body_bytes,
-                                // Components stream unbounded unless it is set.
-                                "max_response_bytes": (l.max_response_bytes_set
-                                    || !matches!(s.kind(), crate::servlet::ServletKind::Component { .. }))
-                                    .then_some(l.max_response_bytes),
+                                "max_response_bytes": l.response_limit(matches!(
+                                    s.kind(),
+                                    crate::servlet::ServletKind::Component { .. }
+                                )),
                                 "max_concurrency": l.max_concurrency,
                                 "queue_timeout_ms": l.queue_timeout.as_millis() as u64,
                                 "reuse": l.reuse,
@@ -107,8 +107,7 @@ pub(crate) fn json(app: &Arc<App>, readiness: &str, states: &[(String, Option<St
     let stores: Vec<Value> = app
         .loader
         .iter()
-        .flat_map(|l| l.stores().iter())
-        .filter(|s| s.configured())
+        .flat_map(|l| l.stores().in_force())
         .map(|s| {
             let st = s.stats();
             let state = match states.iter().find(|(name, _)| name == s.name()) {

@@ -182,16 +182,10 @@ pub(crate) fn check(config: &Config) -> anyhow::Result<()> {
             };
             let info = servlet.info();
             let l = &info.limits;
-            // Components stream with backpressure: held to a response size
-            // only where one is set.
             let kind = servlet.kind();
-            let response = if matches!(kind, swan::servlet::ServletKind::Component { .. })
-                && !l.max_response_bytes_set
-            {
-                "unlimited (streamed)".to_owned()
-            } else {
-                human_bytes(l.max_response_bytes)
-            };
+            let response = l
+                .response_limit(matches!(kind, swan::servlet::ServletKind::Component { .. }))
+                .map_or_else(|| "unlimited (streamed)".to_owned(), human_bytes);
             outln!(
                 "  servlet {:<16} {} ({}, {}): memory {}, timeout {}, body {}, response {}, concurrency {}, queue_timeout {}, prewarm {}, reuse {}",
                 plain(&route.path),

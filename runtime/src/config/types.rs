@@ -301,6 +301,15 @@ pub struct ServletLimits {
     pub wasi_http_p3: bool,
 }
 
+impl ServletLimits {
+    /// The response body size a servlet is held to: native servlets
+    /// always (they hold their response in memory); components, which
+    /// stream with backpressure, only where `max_response_bytes` is set.
+    pub fn response_limit(&self, component: bool) -> Option<u64> {
+        (!component || self.max_response_bytes_set).then_some(self.max_response_bytes)
+    }
+}
+
 impl Default for ServletLimits {
     fn default() -> Self {
         ServletLimits {

@@ -152,14 +152,14 @@ fn is_denied(e: &notify::Error) -> bool {
     matches!(&e.kind, notify::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::PermissionDenied)
 }
 
-/// A folder watched alone because a folder inside could not be watched:
-/// only a recursive watch adds the folders made in it later, so when its
-/// folders change (one made, or replaced under the same name) or one
-/// skipped becomes readable, the watches are made anew.
+/// A folder watched alone because a folder inside could not be read:
+/// only a recursive watch adds the folders made in it later, so a folder
+/// made, removed or renamed in it (its event, see `Batch::add`), or one
+/// skipped becoming readable, has the watches made anew.
 struct Partial {
     dir: PathBuf,
-    /// Its folders, with their (device, inode), when watched.
-    inside: Vec<(PathBuf, Option<(u64, u64)>)>,
+    /// Its folders when watched.
+    inside: Vec<PathBuf>,
     /// Those that could not be watched.
     skipped: Vec<PathBuf>,
 }
@@ -168,36 +168,45 @@ impl Partial {
     /// Whether `path` is, or was when watched, a folder right inside.
     fn holds_folder(&self, path: &Path) -> bool {
         path.parent() == Some(self.dir.as_path())
-            && (path.is_dir() || self.inside.iter().any(|(d, _)| d == path))
+            && (path.is_dir() || self.inside.iter().any(|d| d == path))
     }
 
-    fn changed(&self) -> bool {
-        folders_with_ids(&self.dir) != self.inside
-            || self.skipped.iter().any(|d| std::fs::read_dir(d).is_ok())
+    /// Whether a folder it skipped can be read now (a `chmod` is an
+    /// attribute change, not a folder made).
+    fn skipped_readable(&self) -> bool {
+        self.skipped.iter().any(|d| std::fs::read_dir(d).is_ok())
     }
 }
 
-/// Watches `dir` alone and each folder in it recursively, going down the
-/// same way where one of those cannot be read whole; a folder that cannot
-/// be watched at all is skipped with a warning. Records each folder
-/// watched alone in `partial`.
+/// Watches `dir` recursively; where a folder inside cannot be read, `dir`
+/// alone and each of its folders the same way instead (recorded in
+/// `partial`).
+fn watch_tree(
+    w: &mut notify::RecommendedWatcher,
+    dir: &Path,
+    partial: &mut Vec<Partial>,
+) -> notify::Result<()> {
+    match w.watch(dir, RecursiveMode::Recursive) {
+        Err(e) if unreadable_inside(&e, dir) => {
+            let _ = w.unwatch(dir);
+            watch_around(w, dir, partial)
+        }
+        other => other,
+    }
+}
+
+/// [`watch_tree`] for a folder that cannot be watched whole; a folder in
+/// it that cannot be watched at all is skipped with a warning.
 fn watch_around(
     w: &mut notify::RecommendedWatcher,
     dir: &Path,
     partial: &mut Vec<Partial>,
 ) -> notify::Result<()> {
     w.watch(dir, RecursiveMode::NonRecursive)?;
-    let inside = folders_with_ids(dir);
+    let inside = subfolders(dir);
     let mut skipped = Vec::new();
-    for (sub, _) in &inside {
-        let watched = match w.watch(sub, RecursiveMode::Recursive) {
-            Err(e) if unreadable_inside(&e, sub) => {
-                let _ = w.unwatch(sub);
-                watch_around(w, sub, partial)
-            }
-            other => other,
-        };
-        match watched {
+    for sub in &inside {
+        match watch_tree(w, sub, partial) {
             Ok(()) => {}
             Err(e) if is_denied(&e) => {
                 tracing::warn!(
@@ -222,24 +231,15 @@ fn watch_around(
     Ok(())
 }
 
-/// The folders in `dir` (not links to folders: those are not followed),
-/// sorted, with their (device, inode).
-fn folders_with_ids(dir: &Path) -> Vec<(PathBuf, Option<(u64, u64)>)> {
+/// The folders in `dir` (not links to folders: those are not followed).
+fn subfolders(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut found: Vec<PathBuf> = entries
+    entries
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .map(|e| e.path())
-        .collect();
-    found.sort();
-    found
-        .into_iter()
-        .map(|d| {
-            let id = crate::file_stamp::identity(&d);
-            (d, id)
-        })
         .collect()
 }
 
@@ -288,27 +288,17 @@ impl Watched {
                 path: path.to_path_buf(),
                 source,
             })?;
-            match w.watch(path, mode) {
-                Ok(()) => {}
-                // One folder inside that cannot be watched (a `lost+found`
-                // or a folder the server's user may not read) costs that
-                // folder's changes, not hot reload for the whole tree.
-                Err(e) if mode == RecursiveMode::Recursive && unreadable_inside(&e, path) => {
-                    let _ = w.unwatch(path);
-                    watch_around(&mut w, path, &mut partial).map_err(|source| {
-                        ReloadError::Watch {
-                            path: path.to_path_buf(),
-                            source,
-                        }
-                    })?;
-                }
-                Err(source) => {
-                    return Err(ReloadError::Watch {
-                        path: path.to_path_buf(),
-                        source,
-                    });
-                }
-            }
+            // One folder inside that cannot be read (a `lost+found`, a
+            // folder the server's user may not read) costs that folder's
+            // changes, not hot reload for the whole tree.
+            let watched = match mode {
+                RecursiveMode::Recursive => watch_tree(&mut w, path, &mut partial),
+                RecursiveMode::NonRecursive => w.watch(path, mode),
+            };
+            watched.map_err(|source| ReloadError::Watch {
+                path: path.to_path_buf(),
+                source,
+            })?;
             watchers.push(w);
             Ok(())
         };
@@ -409,7 +399,7 @@ impl Watched {
             !now.iter().eq(then)
         });
         links_changed
-            || self.partial.iter().any(Partial::changed)
+            || self.partial.iter().any(Partial::skipped_readable)
             || self.folders.iter().any(|f| folder_id(&f.dir) != f.id)
             || self
                 .route_files

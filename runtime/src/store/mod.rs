@@ -17,6 +17,7 @@ mod redis;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -70,7 +71,7 @@ pub struct Store {
     stats: StoreStats,
     /// Whether the configuration in force has it (a reload may remove
     /// it: open, unused, until a restart).
-    configured: std::sync::atomic::AtomicBool,
+    configured: AtomicBool,
 }
 
 /// What a store has done, for metrics.
@@ -86,7 +87,7 @@ pub struct StoreStats {
     pub failed: Counter,
     /// Whether the last operation found the backend unreachable: the log
     /// says when that starts and when it ends, once each.
-    down: std::sync::atomic::AtomicBool,
+    down: AtomicBool,
 }
 
 enum Backend {
@@ -131,7 +132,7 @@ impl Store {
             config: config.clone(),
             backend,
             stats: StoreStats::default(),
-            configured: std::sync::atomic::AtomicBool::new(true),
+            configured: AtomicBool::new(true),
         })
     }
 
@@ -140,15 +141,9 @@ impl Store {
         &self.config.name
     }
 
-    /// Whether the configuration in force has this store.
-    pub fn configured(&self) -> bool {
-        self.configured.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Records whether the configuration in force (after a reload) has
-    /// this store.
+    /// Records whether the configuration in force has it (at a reload).
     pub fn set_configured(&self, configured: bool) {
-        (self.configured).store(configured, std::sync::atomic::Ordering::Relaxed);
+        self.configured.store(configured, Ordering::Relaxed);
     }
 
     /// The settings it was opened with.
@@ -175,7 +170,7 @@ impl Store {
     }
 
     fn tally<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
-        use std::sync::atomic::Ordering::Relaxed;
+        use Ordering::Relaxed;
         self.stats.operations.add(1);
         let down = &self.stats.down;
         match &result {
@@ -443,6 +438,11 @@ impl Stores {
     /// Every open store.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Store>> {
         self.by_name.values()
+    }
+
+    /// The open stores the configuration in force still has (shown).
+    pub fn in_force(&self) -> impl Iterator<Item = &Arc<Store>> {
+        self.iter().filter(|s| s.configured.load(Ordering::Relaxed))
     }
 
     /// The files of the embedded stores open here (canonical): what a

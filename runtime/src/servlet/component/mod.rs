@@ -500,11 +500,7 @@ impl Guest for ComponentGuest {
                         "answered status {status}, not a final one"
                     )));
                 }
-                let limit = self
-                    .info
-                    .limits
-                    .max_response_bytes_set
-                    .then_some(self.info.limits.max_response_bytes);
+                let limit = self.info.limits.response_limit(true);
                 let declared = crate::request::body::declared_length(res.headers());
                 if let (Some(limit), Some(declared)) = (limit, declared)
                     && declared > limit
