@@ -233,7 +233,7 @@ impl<G: Guest> InstancePool<G> {
         if !self.reaping.swap(true, Ordering::AcqRel) {
             let pool = self.clone();
             runtime.spawn(async move {
-                tokio::task::yield_now().await;
+                after_the_response().await;
                 pool.reaping.store(false, Ordering::Release);
                 pool.reap();
             });
@@ -271,7 +271,7 @@ impl<G: Guest> InstancePool<G> {
             let full = |pool: &InstancePool<G>| {
                 pool.ready.len() + pool.refilling.load(Ordering::Relaxed) > prewarm
             };
-            tokio::task::yield_now().await;
+            after_the_response().await;
             // Usually one instance, and no second yield.
             while !full(&pool) && pool.add_one().await && !full(&pool) {
                 tokio::task::yield_now().await;
@@ -279,6 +279,17 @@ impl<G: Guest> InstancePool<G> {
             pool.refilling.fetch_sub(1, Ordering::Relaxed);
         });
     }
+}
+
+/// Waits until the request that scheduled this task has sent its
+/// response: two turns of the worker's queue of tasks, since a component
+/// whose guest answered within its first poll yields once itself before
+/// its answer is sent (`component::handle`). With one turn, the refill and
+/// the teardown ran before that send: at one connection, 40% fewer
+/// requests a second.
+async fn after_the_response() {
+    tokio::task::yield_now().await;
+    tokio::task::yield_now().await;
 }
 
 impl<G: Guest> IdleInstances for InstancePool<G> {

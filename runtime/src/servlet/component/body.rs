@@ -238,7 +238,7 @@ pub(crate) struct Ends {
     pub outcome: oneshot::Receiver<Outcome>,
     /// The task running the guest: stopped when the client goes away
     /// before the body's end.
-    pub task: tokio::task::AbortHandle,
+    pub task: super::call::GuestTask,
     /// Dropped with the body: a p3 guest's event loop runs until then.
     pub sent: Option<oneshot::Sender<()>>,
     /// Where a failure after the head is counted and named: the
@@ -257,7 +257,7 @@ pub(crate) type Tally = (
 pub(crate) struct GuestBody {
     inner: HyperOutgoingBody,
     outcome: oneshot::Receiver<Outcome>,
-    task: tokio::task::AbortHandle,
+    task: super::call::GuestTask,
     /// Whether the body reached its end cleanly: the task then finishes
     /// on its own (and can give its instance back for reuse).
     ended: bool,

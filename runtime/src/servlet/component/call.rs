@@ -12,8 +12,22 @@ use super::failure::p2_code;
 #[cfg(feature = "p3")]
 use super::p3_serve;
 
+/// The task running a guest that was still running after its first poll;
+/// empty when it finished within it, on the request's own task.
+#[derive(Clone)]
+pub(crate) struct GuestTask(pub(crate) Option<tokio::task::AbortHandle>);
+
+impl GuestTask {
+    /// Stops the guest, if it still runs.
+    pub(crate) fn abort(&self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
+}
+
 /// Stops the guest's task when dropped, unless disarmed.
-pub(super) struct AbortOnDrop(pub(super) Option<tokio::task::AbortHandle>);
+pub(super) struct AbortOnDrop(pub(super) Option<GuestTask>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
