@@ -229,6 +229,20 @@ pub(super) type Head = Result<
     super::failure::GuestCode,
 >;
 
+/// The task running a guest that was still running after its first poll;
+/// empty when it finished within it, on the request's own task.
+#[derive(Clone)]
+pub(crate) struct GuestTask(pub(crate) Option<tokio::task::AbortHandle>);
+
+impl GuestTask {
+    /// Stops the guest, if it still runs.
+    pub(crate) fn abort(&self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
+}
+
 /// How the guest's request ended, sent before its store is dropped.
 pub(crate) type Outcome = Result<(), String>;
 
@@ -236,9 +250,10 @@ pub(crate) type Outcome = Result<(), String>;
 pub(crate) struct Ends {
     /// How the guest's request ended.
     pub outcome: oneshot::Receiver<Outcome>,
-    /// The task running the guest: stopped when the client goes away
-    /// before the body's end.
-    pub task: super::call::GuestTask,
+    /// The task running the guest (none when it finished within its
+    /// first poll): stopped when the client goes away before the body's
+    /// end.
+    pub task: GuestTask,
     /// Dropped with the body: a p3 guest's event loop runs until then.
     pub sent: Option<oneshot::Sender<()>>,
     /// Where a failure after the head is counted and named: the
@@ -257,7 +272,7 @@ pub(crate) type Tally = (
 pub(crate) struct GuestBody {
     inner: HyperOutgoingBody,
     outcome: oneshot::Receiver<Outcome>,
-    task: super::call::GuestTask,
+    task: GuestTask,
     /// Whether the body reached its end cleanly: the task then finishes
     /// on its own (and can give its instance back for reuse).
     ended: bool,

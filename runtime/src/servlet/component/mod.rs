@@ -52,8 +52,8 @@ use crate::body::Body;
 use crate::engine::{Engine, Tier};
 use crate::request::RequestError;
 use crate::store::Stores;
-use body::{GuestBody, Outcome};
-use call::{AbortOnDrop, Call, GuestTask, HeadRx};
+use body::{GuestBody, GuestTask, Outcome};
+use call::{AbortOnDrop, Call, HeadRx};
 use failure::{leftovers, missing_import};
 use host::ComponentHost;
 #[cfg(feature = "p3")]
@@ -270,7 +270,7 @@ impl Guest for ComponentGuest {
         store.limiter(|h| &mut h.limits);
         // The wall clock, until the response head is out (time waiting
         // for the client's request body excepted). Run time is counted
-        // where it is spent, in the task running the guest (`handle`).
+        // where it is spent, wherever the guest is polled (`handle`).
         store.epoch_deadline_callback(|mut ctx| {
             let host = ctx.data_mut();
             if !host.head_sent.load(Ordering::Relaxed)
@@ -334,6 +334,9 @@ impl Guest for ComponentGuest {
         host.kv.reset();
         // The request, made into the guest's resources, and where its
         // answer will come from.
+        // A p3 guest's event loop runs until its body is sent: it never
+        // ends within a first poll, so it starts in its own task.
+        let inline = matches!(instance.handler, Handler::P2(_));
         let (call, head_rx) = match &instance.handler {
             Handler::P2(_) => {
                 let (resp_tx, resp_rx) = oneshot::channel();
@@ -359,9 +362,9 @@ impl Guest for ComponentGuest {
             }
         };
         instance.store.set_epoch_deadline(1);
-        // The guest runs in a task of its own: its response body streams
-        // after `handle` returns, while the task keeps the instance. Its
-        // first poll runs here, though (see below).
+        // The guest's run: its first poll on this task, the rest in a task
+        // of its own (`call::start_guest`) that keeps the instance while
+        // its response body streams after `handle` returns.
         let (outcome_tx, mut outcome_rx) = oneshot::channel::<Outcome>();
         let task_head_sent = head_sent.clone();
         // A guest that fails after a store was unavailable gives 503.
@@ -429,8 +432,9 @@ impl Guest for ComponentGuest {
                 tokio::pin!(call);
                 let finished = loop {
                     tokio::select! {
-                        // The guest first: a deadline timer is set only
-                        // for a call that has to wait.
+                        // The guest first: only a call that waits sets the
+                        // deadline timer (the epoch callback holds the
+                        // one more poll a fired timer allows to the clock).
                         biased;
                         r = &mut call => break Some(r),
                         () = &mut outer => {
@@ -487,7 +491,7 @@ impl Guest for ComponentGuest {
                 lease.finish();
             }
         };
-        let task = run_first_poll_here(guest_run, &self.info.name, &id).await;
+        let task = call::start_guest(guest_run, inline).await;
         if task.is_none() {
             // The guest is done and its place is free. The other requests
             // ready on this worker run their guests before this answer is
@@ -503,7 +507,7 @@ impl Guest for ComponentGuest {
         // this future ends without one: an answer refused below, or a
         // client that went away (an HTTP/2 reset drops this future). Its
         // instance and its place come back at once.
-        let mut running = AbortOnDrop(Some(abort.clone()));
+        let mut running = AbortOnDrop(abort.clone());
         match head_rx.recv().await {
             Ok(Ok((res, sent))) => {
                 // 1xx is not an answer (hyper would send it as the final
@@ -548,7 +552,7 @@ impl Guest for ComponentGuest {
                     }
                     Err(_) => outcome_rx,
                 };
-                running.0 = None;
+                running.disarm();
                 let ends = body::Ends {
                     outcome: outcome_rx,
                     task: abort,
@@ -591,44 +595,6 @@ impl Guest for ComponentGuest {
                 let store_down = store_down.load(Ordering::Relaxed);
                 Err(self.no_response(&failure, &input.verdict, store_down, &id))
             }
-        }
-    }
-}
-
-/// Runs a guest's first poll on the request's own task, and the rest, if
-/// any, in a task of its own (returned).
-///
-/// Most guests answer within their first poll: a hello sets its response,
-/// writes its body into the response channel and returns. Run here, that
-/// takes no trip through the worker's queue of tasks, during which the
-/// request would hold its `max_concurrency` place while other requests
-/// waited for one (at 1,000 connections, two out of three requests queued
-/// for a place that way). A guest that waits (for the request body, an
-/// upstream, a full response channel, a timer) goes on in its own task:
-/// its response body streams after `handle` returns, while the task keeps
-/// the instance. A panic in that first poll ends the guest as a panic in
-/// its task would (the request fails, the server goes on).
-async fn run_first_poll_here<F>(
-    run: F,
-    servlet: &str,
-    id: &str,
-) -> Option<tokio::task::JoinHandle<()>>
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    use std::panic::{AssertUnwindSafe, catch_unwind};
-    use std::task::Poll;
-    let mut run = Box::pin(run);
-    let first = std::future::poll_fn(|cx| {
-        Poll::Ready(catch_unwind(AssertUnwindSafe(|| run.as_mut().poll(cx))))
-    })
-    .await;
-    match first {
-        Ok(Poll::Ready(())) => None,
-        Ok(Poll::Pending) => Some(tokio::spawn(run)),
-        Err(_) => {
-            tracing::error!(servlet = %servlet, request_id = %id, "the guest's task panicked");
-            None
         }
     }
 }
