@@ -4,7 +4,7 @@
 use std::io::Read;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
@@ -402,14 +402,26 @@ async fn a_streamed_file_serves_its_precompressed_siblings() -> Result<()> {
         .await?;
     assert_eq!(identity.body.len(), big.len());
     // Changed on disk since load (before any reload): the new file itself,
-    // never the old file's sibling.
+    // never the old file's sibling. Asked on a connection of its own: the
+    // one the last answer went out on may be reset by that answer's check
+    // after its last `sendfile`, which cannot tell this rewrite, right
+    // after the client read the whole body, from one during the send
+    // (README, "Static files"; seen under load).
     let newer = vec![b'n'; 70_000];
     site.file("www/app.js", newer.clone())?;
     let r = server
-        .get_with("/app.js", &[("accept-encoding", "br")])
+        .raw(
+            b"GET /app.js HTTP/1.1\r\nHost: t\r\nAccept-Encoding: br\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(10),
+        )
         .await?;
-    assert_eq!(r.header("content-encoding"), "");
-    assert_eq!(&r.body[..], &newer[..]);
+    let (head, body) = r.split_once("\r\n\r\n").context("a head")?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("content-encoding"),
+        "{head}"
+    );
+    assert_eq!(body.as_bytes(), &newer[..]);
     Ok(())
 }
 
