@@ -281,12 +281,13 @@ impl<G: Guest> InstancePool<G> {
     }
 }
 
-/// Waits until the request that scheduled this task has sent its
-/// response: two turns of the worker's queue of tasks, since a component
+/// Lets the request that scheduled this task send its response first, as
+/// far as turns of the worker's queue of tasks can: two, since a component
 /// whose guest answered within its first poll yields once itself before
-/// its answer is sent (`component::handle`). With one turn, the refill and
-/// the teardown ran before that send: at one connection, 40% fewer
-/// requests a second.
+/// its answer is sent (`component::handle`). Not a guarantee: at one
+/// connection the teardown was still seen before the next request's send.
+/// Measured with one turn: 0.63 of the build before at one connection;
+/// with two, 1.05 (BENCHMARKS.md, stop 42).
 async fn after_the_response() {
     tokio::task::yield_now().await;
     tokio::task::yield_now().await;

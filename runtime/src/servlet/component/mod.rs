@@ -332,11 +332,11 @@ impl Guest for ComponentGuest {
         host.hooks.request_id.clone_from(&id);
         host.deadline = Deadline::after(self.info.limits.timeout);
         host.kv.reset();
-        // The request, made into the guest's resources, and where its
-        // answer will come from.
         // A p3 guest's event loop runs until its body is sent: it never
         // ends within a first poll, so it starts in its own task.
         let inline = matches!(instance.handler, Handler::P2(_));
+        // The request, made into the guest's resources, and where its
+        // answer will come from.
         let (call, head_rx) = match &instance.handler {
             Handler::P2(_) => {
                 let (resp_tx, resp_rx) = oneshot::channel();
